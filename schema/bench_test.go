@@ -1,0 +1,48 @@
+package schema_test
+
+import (
+	"testing"
+
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+)
+
+// BenchmarkDefault measures validate + default of one object with the compiled schema.
+// CUE has regressed badly between releases; this guards the pinned version.
+func BenchmarkDefault(b *testing.B) {
+	s, err := schema.Compiled()
+	if err != nil {
+		b.Fatal(err)
+	}
+	golden, err := corpus.Golden()
+	if err != nil {
+		b.Fatal(err)
+	}
+	examples, err := corpus.Examples()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct{ name, file string }{
+		{"SandboxPool", "pool-override.yaml"},
+		{"SandboxPoolWithStatus", "pool-full-status.yaml"},
+		{"SandboxPoolClass", "class-default.yaml"},
+	} {
+		var obj *corpus.Object
+		for _, o := range append(examples, golden...) {
+			if o.Name == tc.file {
+				obj = &o
+			}
+		}
+		if obj == nil {
+			b.Fatalf("%s not in corpus", tc.file)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Default(schema.Kind(obj.Kind), obj.JSON); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

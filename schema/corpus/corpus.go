@@ -1,0 +1,139 @@
+// Package corpus holds the objects every layer of the project is tested with: the valid
+// examples users start from (examples/), golden objects with a full status, and invalid
+// objects, each with the rule it breaks and the message it must produce. The schema tests,
+// the cue CLI check, the API server tests and the admission tests all read them from here.
+package corpus
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed invalid/*.yaml golden/*.yaml
+var files embed.FS
+
+// Object is one corpus file.
+type Object struct {
+	Name string // file name, e.g. "01-class-missing-memory.yaml"
+	YAML []byte
+	JSON []byte
+	Kind string // the kind field of the object
+
+	// As is the kind whose schema the object is checked against; Kind unless the file
+	// says "# as: KIND" (an object of the wrong kind).
+	As string
+	// Error is the field path and message the schema must report ("# error: ...").
+	Error string
+	// APIServer is the message the API server must answer ("# apiserver: ..."), or empty
+	// when the file names the gap instead ("# apiserver-gap: ...").
+	APIServer string
+	// APIServerGap says why the API server alone cannot reject the object and which layer
+	// does.
+	APIServerGap string
+	// Status is true when the invalid part is in status, so it is written through the
+	// status subresource ("# apply: status").
+	Status bool
+}
+
+// Invalid returns the invalid objects, sorted by name.
+func Invalid() ([]Object, error) { return readDir(files, "invalid") }
+
+// Golden returns the golden objects (valid, with a full status), sorted by name.
+func Golden() ([]Object, error) { return readDir(files, "golden") }
+
+// Examples returns the objects in the repository's examples/ directory.
+func Examples() ([]Object, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	return readDir(os.DirFS(root), "examples")
+}
+
+// RepoRoot is the repository root, found from this source file (tests run in a checkout).
+func RepoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("cannot locate the corpus package source")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return "", fmt.Errorf("repository root not found at %s: %w", root, err)
+	}
+	return root, nil
+}
+
+func readDir(fsys fs.FS, dir string) ([]Object, error) {
+	names, err := fs.Glob(fsys, dir+"/*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var out []Object
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		o, err := parse(filepath.Base(n), b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+func parse(name string, b []byte) (Object, error) {
+	o := Object{Name: name, YAML: b}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		key, val, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "#")), ":")
+		if !ok {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		switch key {
+		case "error":
+			o.Error = val
+		case "as":
+			o.As = val
+		case "apiserver":
+			o.APIServer = val
+		case "apiserver-gap":
+			o.APIServerGap = val
+		case "apply":
+			o.Status = val == "status"
+		}
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return o, err
+	}
+	o.JSON = j
+	var meta struct {
+		Kind string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(b, &meta); err != nil {
+		return o, err
+	}
+	o.Kind = meta.Kind
+	if o.As == "" {
+		o.As = o.Kind
+	}
+	return o, nil
+}

@@ -1,0 +1,236 @@
+package crdgen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"cuelang.org/go/cue"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+// attrName is the CUE attribute the generator reads (see schema/sandboxpool.cue).
+const attrName = "crd"
+
+// value builds the schema of any value. It understands exactly the constructs the CUE
+// files use and fails on anything else, so a new construct is never silently dropped.
+func value(v cue.Value, path string) (*apiextv1.JSONSchemaProps, error) {
+	var (
+		p   *apiextv1.JSONSchemaProps
+		err error
+	)
+	switch v.IncompleteKind() &^ cue.BottomKind {
+	case cue.StructKind:
+		p, err = object(v, path)
+	case cue.ListKind:
+		p, err = list(v, path)
+	default:
+		var f *facts
+		if f, err = collect(v); err == nil {
+			p, err = scalar(f)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// Open lists and structs have implicit defaults ([] and {}) that are not API defaults.
+	if d, ok := v.Default(); ok && d.IsConcrete() && d.Kind() != cue.StructKind && d.Kind() != cue.ListKind {
+		if p.Default, err = jsonValue(d); err != nil {
+			return nil, fmt.Errorf("%s: default: %w", path, err)
+		}
+	}
+	return p, nil
+}
+
+// object builds the schema of a struct; fields named in skip are left out.
+func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps, error) {
+	p := &apiextv1.JSONSchemaProps{Type: "object"}
+	props := map[string]apiextv1.JSONSchemaProps{}
+	var required, names []string
+	values := map[string]cue.Value{}
+	var pattern *cue.Value
+	it, err := v.Fields(cue.Optional(true), cue.Patterns(true))
+	if err != nil {
+		return nil, err
+	}
+	for it.Next() {
+		if it.Selector().ConstraintType() == cue.PatternConstraint {
+			if pattern != nil {
+				return nil, fmt.Errorf("%s: more than one pattern constraint", path)
+			}
+			pv := it.Value()
+			pattern = &pv
+			continue
+		}
+		name := it.Selector().Unquoted()
+		if slices.Contains(skip, name) {
+			names = append(names, name)
+			continue
+		}
+		child := it.Value()
+		cp, err := field(child, path+"."+name)
+		if err != nil {
+			return nil, err
+		}
+		switch it.Selector().ConstraintType() {
+		case cue.RequiredConstraint:
+			required = append(required, name)
+		case cue.OptionalConstraint:
+		default:
+			// A regular field must exist after defaulting: default a struct to {} so the API
+			// server fills in the defaults below it, as the CUE evaluation does.
+			if cp.Type == "object" && cp.Default == nil {
+				cp.Default = &apiextv1.JSON{Raw: []byte("{}")}
+			}
+		}
+		props[name] = *cp
+		names = append(names, name)
+		values[name] = child
+	}
+	if pattern != nil && len(skip) == 0 {
+		ap, err := value(*pattern, path+"[*]")
+		if err != nil {
+			return nil, err
+		}
+		p.AdditionalProperties = &apiextv1.JSONSchemaPropsOrBool{Allows: true, Schema: ap}
+		// Structural schemas forbid properties next to additionalProperties: named fields
+		// become required keys plus CEL rules built from their own schema.
+		for _, n := range names {
+			f, err := collect(values[n])
+			if err != nil {
+				return nil, fmt.Errorf("%s.%s: %w", path, n, err)
+			}
+			rule, err := celForScalar(n, props[n], ap, f.message)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%s: %w", path, n, err)
+			}
+			p.XValidations = append(p.XValidations, rule)
+		}
+		props = nil
+	}
+	if len(props) > 0 {
+		p.Properties = props
+	}
+	p.Required = required
+	f, err := collect(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p.MaxProperties = f.maxProps
+	for _, a := range v.Attributes(cue.DeclAttr) {
+		if a.Name() != attrName {
+			continue
+		}
+		rule, _, _ := a.Lookup(0, "rule")
+		msg, _, _ := a.Lookup(0, "message")
+		if rule == "" || msg == "" {
+			return nil, fmt.Errorf("%s: @crd on a struct needs rule= and message=", path)
+		}
+		p.XValidations = append(p.XValidations, apiextv1.ValidationRule{Rule: rule, Message: msg})
+	}
+	return p, nil
+}
+
+// field builds the schema of a struct field: its value, its doc comment and its @crd
+// attribute.
+func field(v cue.Value, path string) (*apiextv1.JSONSchemaProps, error) {
+	p, err := value(v, path)
+	if err != nil {
+		return nil, err
+	}
+	p.Description = doc(v)
+	a := v.Attribute(attrName)
+	if a.Err() != nil {
+		return p, nil
+	}
+	name := path[strings.LastIndex(path, ".")+1:]
+	if ok, _ := a.Flag(0, "immutable"); ok {
+		p.XValidations = append(p.XValidations, apiextv1.ValidationRule{
+			Rule: "self == oldSelf", Message: name + " is immutable",
+		})
+	}
+	if lt, ok, _ := a.Lookup(0, "listType"); ok {
+		p.XListType = &lt
+	}
+	if keys, ok, _ := a.Lookup(0, "listMapKeys"); ok {
+		p.XListMapKeys = strings.Split(keys, "|")
+	}
+	return p, nil
+}
+
+func list(v cue.Value, path string) (*apiextv1.JSONSchemaProps, error) {
+	f, err := collect(v)
+	if err != nil {
+		return nil, err
+	}
+	items, err := value(v.LookupPath(cue.MakePath(cue.AnyIndex)), path+"[*]")
+	if err != nil {
+		return nil, err
+	}
+	return &apiextv1.JSONSchemaProps{
+		Type:     "array",
+		Items:    &apiextv1.JSONSchemaPropsOrArray{Schema: items},
+		MinItems: f.minItems,
+		MaxItems: f.maxItems,
+	}, nil
+}
+
+// celForScalar states a named field's scalar schema as a CEL rule on its parent map.
+// message is the rule in words (the CUE error("...") alternative).
+// Patterns the map's value schema (shared) already checks are left out.
+func celForScalar(name string, s apiextv1.JSONSchemaProps, shared *apiextv1.JSONSchemaProps, message string) (apiextv1.ValidationRule, error) {
+	sel := "self[" + quoteCEL(name) + "]"
+	var conds []string
+	switch {
+	case s.XIntOrString:
+		var intCond, strCond = "true", "true"
+		if s.Minimum != nil {
+			op := ">="
+			if s.ExclusiveMinimum {
+				op = ">"
+			}
+			intCond = fmt.Sprintf("%s %s %d", sel, op, int64(*s.Minimum))
+		}
+		var pats []string
+		if s.Pattern != "" {
+			pats = append(pats, s.Pattern)
+		}
+		for _, a := range s.AllOf {
+			if a.Pattern != shared.Pattern {
+				pats = append(pats, a.Pattern)
+			}
+		}
+		if len(pats) > 0 {
+			var ms []string
+			for _, pat := range pats {
+				ms = append(ms, sel+".matches("+quoteCEL(pat)+")")
+			}
+			strCond = strings.Join(ms, " && ")
+		}
+		conds = append(conds, fmt.Sprintf("type(%s) == int ? %s : (type(%s) == string && %s)", sel, intCond, sel, strCond))
+	default:
+		return apiextv1.ValidationRule{}, fmt.Errorf("a named field beside a pattern constraint must be an int-or-string, not %q", s.Type)
+	}
+	msg := name + ": " + message
+	if message == "" {
+		msg = name + " is invalid"
+	}
+	return apiextv1.ValidationRule{
+		Rule:      strings.Join(conds, " && "),
+		Message:   msg,
+		FieldPath: "." + name,
+	}, nil
+}
+
+func quoteCEL(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// doc is the field's doc comment as one paragraph-preserving string.
+func doc(v cue.Value) string {
+	var parts []string
+	for _, cg := range v.Doc() {
+		parts = append(parts, strings.TrimSpace(cg.Text()))
+	}
+	return strings.Join(parts, "\n")
+}

@@ -1,0 +1,254 @@
+// Package schema embeds the CUE definitions of the SandboxPool API (the *.cue files beside
+// this one), compiles them once, and validates and defaults objects with them. It is the
+// only place the rules live: the CRDs are generated from the same files (schema/crdgen),
+// and the operator, agent and webhook call this package instead of restating rules in Go.
+package schema
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/build"
+	"cuelang.org/go/cue/cuecontext"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/load"
+	cuejson "cuelang.org/go/encoding/json"
+)
+
+//go:embed *.cue
+var files embed.FS
+
+// Kind names an object kind defined in the schema.
+type Kind string
+
+// The kinds of the API, named as their CUE definitions (#SandboxPoolClass, #SandboxPool).
+const (
+	KindSandboxPoolClass Kind = "SandboxPoolClass"
+	KindSandboxPool      Kind = "SandboxPool"
+)
+
+// Kinds lists every kind, in a stable order.
+var Kinds = []Kind{KindSandboxPoolClass, KindSandboxPool}
+
+// Definition is the CUE path of the kind's definition, e.g. "#SandboxPool".
+func (k Kind) Definition() string { return "#" + string(k) }
+
+// Schema is the compiled CUE schema. It is safe for concurrent use: CUE values are not, so
+// every evaluation holds mu.
+type Schema struct {
+	mu   sync.Mutex // guards ctx and every evaluation on values derived from root
+	ctx  *cue.Context
+	root cue.Value
+	defs map[Kind]cue.Value
+}
+
+var (
+	compileOnce sync.Once
+	compiled    *Schema
+	compileErr  error
+)
+
+// Compiled returns the schema compiled from the embedded CUE files. The files are compiled
+// on the first call only.
+func Compiled() (*Schema, error) {
+	compileOnce.Do(func() { compiled, compileErr = compile() })
+	return compiled, compileErr
+}
+
+// MustCompiled is Compiled for callers that cannot go on without the schema (mains, tests).
+// The embedded files are tested in this package, so it only fails on a broken build.
+func MustCompiled() *Schema {
+	s, err := Compiled()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Files returns the embedded CUE sources, by file name.
+func Files() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := files.ReadFile(p)
+		out[p] = b
+		return err
+	})
+	return out, err
+}
+
+func compile() (*Schema, error) {
+	srcs, err := Files()
+	if err != nil {
+		return nil, fmt.Errorf("reading embedded schema: %w", err)
+	}
+	const dir = "/sandboxpool/schema"
+	overlay := map[string]load.Source{}
+	for name, b := range srcs {
+		overlay[path.Join(dir, name)] = load.FromBytes(b)
+	}
+	insts := load.Instances([]string{"."}, &load.Config{Dir: dir, Overlay: overlay})
+	if len(insts) != 1 {
+		return nil, fmt.Errorf("loading embedded schema: want 1 instance, got %d", len(insts))
+	}
+	if err := insts[0].Err; err != nil {
+		return nil, fmt.Errorf("loading embedded schema: %w", err)
+	}
+	return newSchema(insts[0])
+}
+
+func newSchema(inst *build.Instance) (*Schema, error) {
+	ctx := cuecontext.New()
+	root := ctx.BuildInstance(inst)
+	if err := root.Err(); err != nil {
+		return nil, fmt.Errorf("compiling schema: %w", err)
+	}
+	s := &Schema{ctx: ctx, root: root, defs: map[Kind]cue.Value{}}
+	for _, k := range Kinds {
+		v := root.LookupPath(cue.ParsePath(k.Definition()))
+		if err := v.Err(); err != nil {
+			return nil, fmt.Errorf("schema has no %s: %w", k.Definition(), err)
+		}
+		s.defs[k] = v
+	}
+	return s, nil
+}
+
+// Lookup returns the value at a CUE path of the schema package (e.g. "#Kinds"), for tools
+// that read the schema itself, such as the CRD generator. The caller must not evaluate it
+// concurrently with other calls on this Schema.
+func (s *Schema) Lookup(p string) cue.Value {
+	return s.root.LookupPath(cue.ParsePath(p))
+}
+
+// FieldError is one violated rule: the field path, dotted as in kubectl explain (list
+// indexes in brackets), and what the rule demands.
+type FieldError struct {
+	Path string
+	Msg  string
+}
+
+func (e FieldError) String() string {
+	if e.Path == "" {
+		return e.Msg
+	}
+	return e.Path + ": " + e.Msg
+}
+
+// ValidationError lists every rule an object breaks.
+type ValidationError struct {
+	Kind   Kind
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	msgs := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		msgs[i] = f.String()
+	}
+	return fmt.Sprintf("invalid %s: %s", e.Kind, strings.Join(msgs, "; "))
+}
+
+// Default validates a JSON object of the kind against the schema and returns it as JSON
+// with every schema default filled in. A *ValidationError names each broken rule.
+func (s *Schema) Default(kind Kind, obj []byte) ([]byte, error) {
+	def, ok := s.defs[kind]
+	if !ok {
+		return nil, fmt.Errorf("unknown kind %q", kind)
+	}
+	expr, err := cuejson.Extract(string(kind)+".json", obj)
+	if err != nil {
+		return nil, &ValidationError{Kind: kind, Fields: []FieldError{{Msg: "not a JSON object: " + err.Error()}}}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := def.Unify(s.ctx.BuildExpr(expr))
+	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
+		return nil, toValidationError(kind, err)
+	}
+	out, err := v.MarshalJSON()
+	if err != nil {
+		return nil, toValidationError(kind, err)
+	}
+	return out, nil
+}
+
+// Validate reports whether a JSON object of the kind satisfies the schema.
+func (s *Schema) Validate(kind Kind, obj []byte) error {
+	_, err := s.Default(kind, obj)
+	return err
+}
+
+// toValidationError turns CUE's errors into field errors. CUE reports a failed disjunction
+// as a summary line plus one error per alternative; the schema attaches an error("...")
+// alternative with the human rule wherever that matters, so the summary and the
+// type-mismatch noise of the other alternatives are dropped when a rule message exists.
+func toValidationError(kind Kind, err error) *ValidationError {
+	byPath := map[string][]string{}
+	var order []string
+	for _, e := range cueerrors.Errors(err) {
+		p := fieldPath(e.Path())
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		if _, seen := byPath[p]; !seen {
+			order = append(order, p)
+		}
+		byPath[p] = append(byPath[p], msg)
+	}
+	ve := &ValidationError{Kind: kind}
+	for _, p := range order {
+		for _, m := range cleanMessages(byPath[p]) {
+			ve.Fields = append(ve.Fields, FieldError{Path: p, Msg: m})
+		}
+	}
+	return ve
+}
+
+func cleanMessages(msgs []string) []string {
+	var rules, other []string
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if seen[m] {
+			continue
+		}
+		seen[m] = true
+		switch {
+		case strings.Contains(m, "errors in empty disjunction"):
+		case strings.HasPrefix(m, "conflicting values") && strings.Contains(m, "mismatched types"):
+			other = append(other, m)
+		default:
+			rules = append(rules, m)
+		}
+	}
+	if len(rules) == 0 {
+		rules = other
+	}
+	sort.Strings(rules)
+	return rules
+}
+
+func fieldPath(sels []string) string {
+	var b strings.Builder
+	for _, s := range sels {
+		if strings.HasPrefix(s, "#") {
+			continue // the definition itself, e.g. #SandboxPool
+		}
+		if s != "" && s[0] >= '0' && s[0] <= '9' {
+			b.WriteString("[" + s + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(strings.Trim(s, `"`))
+	}
+	return b.String()
+}

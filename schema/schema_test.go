@@ -1,0 +1,261 @@
+package schema_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+)
+
+func mustSchema(t testing.TB) *schema.Schema {
+	t.Helper()
+	s, err := schema.Compiled()
+	if err != nil {
+		t.Fatalf("compiling embedded schema: %v", err)
+	}
+	return s
+}
+
+func validObjects(t *testing.T) []corpus.Object {
+	t.Helper()
+	ex, err := corpus.Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := corpus.Golden()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex) < 3 || len(golden) < 2 {
+		t.Fatalf("corpus too small: %d examples, %d golden", len(ex), len(golden))
+	}
+	return append(ex, golden...)
+}
+
+func TestValidObjectsPass(t *testing.T) {
+	s := mustSchema(t)
+	for _, o := range validObjects(t) {
+		t.Run(o.Name, func(t *testing.T) {
+			if err := s.Validate(schema.Kind(o.Kind), o.JSON); err != nil {
+				t.Fatalf("valid object rejected: %v", err)
+			}
+		})
+	}
+}
+
+func TestInvalidObjectsFailWithTheirMessage(t *testing.T) {
+	s := mustSchema(t)
+	objs, err := corpus.Invalid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) < 15 {
+		t.Fatalf("the invalid corpus must hold at least 15 objects, has %d", len(objs))
+	}
+	for _, o := range objs {
+		t.Run(o.Name, func(t *testing.T) {
+			if o.Error == "" {
+				t.Fatal(`corpus file has no "# error:" line`)
+			}
+			err := s.Validate(schema.Kind(o.As), o.JSON)
+			var ve *schema.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("want a *ValidationError, got %v", err)
+			}
+			if !strings.Contains(err.Error(), o.Error) {
+				t.Fatalf("error does not say %q:\n%v", o.Error, err)
+			}
+			for _, f := range ve.Fields {
+				if f.Msg == "" || strings.Contains(f.Msg, "empty disjunction") {
+					t.Errorf("unhelpful field error %q", f)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	s := mustSchema(t)
+	in := `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool",
+		"metadata":{"name":"placeholder-n1"},
+		"spec":{"classRef":{"name":"c"},"nodeName":"n1","override":{},
+		        "resourcePolicy":{"resources":{"cpu":1,"memory":"1Gi"}}}}`
+	out, err := s.Default(schema.KindSandboxPool, []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Spec struct {
+			PlaceholderPod struct{ RuntimeClassName string }
+			Override       struct{ Enabled *bool }
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.PlaceholderPod.RuntimeClassName != "placeholder" {
+		t.Errorf("runtimeClassName not defaulted to placeholder: %s", out)
+	}
+	if got.Spec.Override.Enabled == nil || *got.Spec.Override.Enabled {
+		t.Errorf("override.enabled not defaulted to false: %s", out)
+	}
+	// An explicit value wins over the default.
+	in2 := strings.Replace(in, `"override":{}`, `"placeholderPod":{"runtimeClassName":"kata"}`, 1)
+	out, err = s.Default(schema.KindSandboxPool, []byte(in2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"runtimeClassName":"kata"`) {
+		t.Errorf("explicit runtimeClassName lost: %s", out)
+	}
+}
+
+// TestPoolNameRule checks the deterministic name, including the hash form for long node
+// names, against an independent computation.
+func TestPoolNameRule(t *testing.T) {
+	s := mustSchema(t)
+	long := strings.Repeat("n", 200) + "." + strings.Repeat("x", 49) // 250 characters
+	sum := sha256.Sum256([]byte(long))
+	hashed := "placeholder-" + long[:232] + "-" + hex.EncodeToString(sum[:])[:8]
+	exactly241 := strings.Repeat("a", 241)
+	for _, tc := range []struct {
+		node, name string
+		ok         bool
+	}{
+		{"node-a", "placeholder-node-a", true},
+		{"node-a", "placeholder-node-b", false},
+		{exactly241, "placeholder-" + exactly241, true},
+		{long, hashed, true},
+		{long, "placeholder-" + long[:241], false},
+	} {
+		obj := `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool",
+			"metadata":{"name":"` + tc.name + `"},
+			"spec":{"classRef":{"name":"c"},"nodeName":"` + tc.node + `",
+			        "resourcePolicy":{"resources":{"cpu":1,"memory":"1Gi"}}}}`
+		err := s.Validate(schema.KindSandboxPool, []byte(obj))
+		if (err == nil) != tc.ok {
+			t.Errorf("node %.20s… name %.30s…: ok=%v, err=%v", tc.node, tc.name, tc.ok, err)
+		}
+		if len(tc.name) > 253 {
+			t.Errorf("test name longer than 253: %d", len(tc.name))
+		}
+	}
+}
+
+func TestUnknownKindAndBadJSON(t *testing.T) {
+	s := mustSchema(t)
+	if err := s.Validate("Nope", []byte(`{}`)); err == nil || !strings.Contains(err.Error(), "unknown kind") {
+		t.Errorf("unknown kind: got %v", err)
+	}
+	if err := s.Validate(schema.KindSandboxPool, []byte(`{"spec":`)); err == nil {
+		t.Error("truncated JSON accepted")
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	s := mustSchema(t)
+	objs := validObjects(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*len(objs))
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, o := range objs {
+				if _, err := s.Default(schema.Kind(o.Kind), o.JSON); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestCUECLI runs the pinned cue CLI exactly as users do, from the repository root:
+// cue vet -d '#Kind' ./schema FILE. make test sets SANDBOXPOOL_CUE.
+func TestCUECLI(t *testing.T) {
+	cue := os.Getenv("SANDBOXPOOL_CUE")
+	if cue == "" {
+		if os.Getenv("SANDBOXPOOL_REQUIRE_TOOLS") != "" {
+			t.Fatal("SANDBOXPOOL_CUE is not set; run the tests with make test")
+		}
+		t.Skip("SANDBOXPOOL_CUE is not set (make test builds the pinned cue CLI and sets it)")
+	}
+	root, err := corpus.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vet := func(kind, file string) (string, error) {
+		cmd := exec.Command(cue, "vet", "-d", "#"+kind, "./schema", file)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, o := range validObjects(t) {
+		f := o.Name
+		if strings.HasPrefix(o.Kind, "SandboxPool") && !strings.Contains(o.Name, "/") {
+			f = findFile(t, root, o.Name)
+		}
+		if out, err := vet(o.Kind, f); err != nil {
+			t.Errorf("cue vet %s: %v\n%s", f, err, out)
+		}
+	}
+	invalid, err := corpus.Invalid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range invalid {
+		f := "schema/corpus/invalid/" + o.Name
+		out, err := vet(o.As, f)
+		if err == nil {
+			t.Errorf("cue vet accepted %s", f)
+			continue
+		}
+		if want := cuePathStyle(o.Error); !strings.Contains(out, want) {
+			t.Errorf("cue vet %s does not say %q:\n%s", f, want, out)
+		}
+	}
+}
+
+func findFile(t *testing.T, root, name string) string {
+	for _, dir := range []string{"examples", "schema/corpus/golden"} {
+		if _, err := os.Stat(root + "/" + dir + "/" + name); err == nil {
+			return dir + "/" + name
+		}
+	}
+	t.Fatalf("%s not found", name)
+	return ""
+}
+
+var (
+	indexRE = regexp.MustCompile(`\[(\d+)\]`)
+	identRE = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+)
+
+// cuePathStyle rewrites "a.b[0].hugepages-2Mi: msg" the way the cue CLI prints paths:
+// "a.b.0.\"hugepages-2Mi\": msg".
+func cuePathStyle(e string) string {
+	path, msg, _ := strings.Cut(e, ": ")
+	path = indexRE.ReplaceAllString(path, ".$1")
+	parts := strings.Split(path, ".")
+	// Resource names may contain dots; only the last segment needs that care here.
+	for i, p := range parts {
+		if !identRE.MatchString(p) && !regexp.MustCompile(`^\d+$`).MatchString(p) {
+			parts[i] = `"` + p + `"`
+		}
+	}
+	return strings.Join(parts, ".") + ": " + msg
+}

@@ -1,0 +1,83 @@
+package v1alpha1
+
+// API identity.
+const (
+	GroupName = "sandboxpool.agentcube.volcano.sh"
+	Version   = "v1alpha1"
+
+	KindSandboxPoolClass = "SandboxPoolClass"
+	KindSandboxPool      = "SandboxPool"
+
+	ResourceSandboxPoolClasses = "sandboxpoolclasses"
+	ResourceSandboxPools       = "sandboxpools"
+)
+
+// Labels and annotations on pools and placeholder pods (SPEC §2).
+const (
+	LabelPrefix = "sandbox-pool.io/"
+
+	// LabelClass names the owning class (pool and pod label).
+	LabelClass = LabelPrefix + "class"
+	// LabelNode names the node (pool and pod label).
+	LabelNode = LabelPrefix + "node"
+	// LabelPoolName names the owning pool (pod label and annotation).
+	LabelPoolName = LabelPrefix + "pool-name"
+	// AnnotationPoolName is the pool name as an annotation on the pod.
+	AnnotationPoolName = LabelPoolName
+	// AnnotationPoolUID is the pool UID in the manifest: the orphan test at agent start.
+	AnnotationPoolUID = LabelPrefix + "pool-uid"
+	// LabelSkipCgroup tells the placeholder shim to create no cgroup (label and annotation).
+	LabelSkipCgroup = LabelPrefix + "skip-cgroup"
+	// AnnotationSkipCgroup is LabelSkipCgroup as an annotation.
+	AnnotationSkipCgroup = LabelSkipCgroup
+	// AnnotationManifestHash is the SHA-256 of the rendered static pod manifest.
+	AnnotationManifestHash = LabelPrefix + "manifest-hash"
+)
+
+// Server-side apply field managers: the two writers of SandboxPool status (SPEC §4).
+const (
+	FieldManagerAgent      = "placeholder-agent"
+	FieldManagerController = "sandboxpool-controller"
+)
+
+// Condition types of SandboxPool (SPEC §3.4). The agent owns the first five, the
+// controller the last two.
+const (
+	ConditionPlaceholderPodReady     = "PlaceholderPodReady"
+	ConditionResourceSynced          = "ResourceSynced"
+	ConditionNodeCtlHealthy          = "NodeCtlHealthy"
+	ConditionResizeInProgress        = "ResizeInProgress"
+	ConditionResizeDeferred          = "ResizeDeferred"
+	ConditionPlaceholderAgentHealthy = "PlaceholderAgentHealthy"
+	ConditionNodeNotFound            = "NodeNotFound"
+)
+
+// ControllerConditions are the condition types only the controller may write.
+var ControllerConditions = []string{ConditionPlaceholderAgentHealthy, ConditionNodeNotFound}
+
+// Condition types of SandboxPoolClass.
+const (
+	// ConditionNodeConflict is True when another class already owns a selected node.
+	ConditionNodeConflict = "NodeConflict"
+)
+
+// SandboxPoolPhase is the aggregated phase of a pool.
+type SandboxPoolPhase string
+
+// Phases of a pool (SPEC §3.4).
+const (
+	PhasePending  SandboxPoolPhase = "Pending"
+	PhaseReady    SandboxPoolPhase = "Ready"
+	PhaseDegraded SandboxPoolPhase = "Degraded"
+	PhaseUnready  SandboxPoolPhase = "Unready"
+)
+
+// ResizeState is the state of a resize in status.resize.status.
+type ResizeState string
+
+// Resize states. Absent status.resize means no resize; there is no "None".
+const (
+	ResizeInProgress ResizeState = "InProgress"
+	ResizeCompleted  ResizeState = "Completed"
+	ResizeDeferred   ResizeState = "Deferred"
+)
