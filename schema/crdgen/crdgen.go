@@ -76,7 +76,7 @@ func Generate(s *schema.Schema) ([]*apiextv1.CustomResourceDefinition, error) {
 					Kind:       string(k),
 					ListKind:   string(k) + "List",
 					ShortNames: ki.ShortNames,
-					Categories: []string{"sandboxpool"},
+					Categories: []string{"agentcube"},
 				},
 				Scope: apiextv1.ClusterScoped,
 				Versions: []apiextv1.CustomResourceDefinitionVersion{{

@@ -117,7 +117,9 @@ func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p.MaxProperties = f.maxProps
-	for _, a := range v.Attributes(cue.DeclAttr) {
+	// Declaration attributes belong to the struct literal, so look through a reference
+	// (override?: #Override) to the definition that declares them.
+	for _, a := range cue.Dereference(v).Attributes(cue.DeclAttr) {
 		if a.Name() != attrName {
 			continue
 		}
@@ -143,10 +145,11 @@ func field(v cue.Value, path string) (*apiextv1.JSONSchemaProps, error) {
 	if a.Err() != nil {
 		return p, nil
 	}
-	name := path[strings.LastIndex(path, ".")+1:]
 	if ok, _ := a.Flag(0, "immutable"); ok {
+		// The path without the kind: "spec.classRef.name is immutable".
+		_, field, _ := strings.Cut(path, ".")
 		p.XValidations = append(p.XValidations, apiextv1.ValidationRule{
-			Rule: "self == oldSelf", Message: name + " is immutable",
+			Rule: "self == oldSelf", Message: field + " is immutable",
 		})
 	}
 	if lt, ok, _ := a.Lookup(0, "listType"); ok {
@@ -226,11 +229,14 @@ func quoteCEL(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
-// doc is the field's doc comment as one paragraph-preserving string.
+// doc is the field's doc comment with each paragraph on one line, as kubectl explain
+// wraps text itself.
 func doc(v cue.Value) string {
-	var parts []string
+	var paras []string
 	for _, cg := range v.Doc() {
-		parts = append(parts, strings.TrimSpace(cg.Text()))
+		for _, p := range strings.Split(strings.TrimSpace(cg.Text()), "\n\n") {
+			paras = append(paras, strings.Join(strings.Fields(p), " "))
+		}
 	}
-	return strings.Join(parts, "\n")
+	return strings.Join(paras, "\n\n")
 }

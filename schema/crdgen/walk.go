@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"cuelang.org/go/cue"
+	cueerrors "cuelang.org/go/cue/errors"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -192,16 +193,14 @@ func (f *facts) setMax(n float64, excl bool) {
 	}
 }
 
-// errMsg is the text of an error("...") alternative, without the "#Definition: " prefix
-// CUE puts in front of it.
+// errMsg is the text of an error("...") alternative, without the path CUE prefixes.
 func errMsg(err error) string {
-	s := strings.TrimSuffix(err.Error(), ":")
-	if strings.HasPrefix(s, "#") {
-		if i := strings.Index(s, ": "); i >= 0 {
-			s = s[i+2:]
-		}
+	errs := cueerrors.Errors(err)
+	if len(errs) == 0 {
+		return err.Error()
 	}
-	return s
+	format, args := errs[0].Msg()
+	return strings.TrimSuffix(fmt.Sprintf(format, args...), ":")
 }
 
 // scalar builds the schema of a non-struct, non-list value.

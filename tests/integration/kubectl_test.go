@@ -1,0 +1,64 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPrinterColumns(t *testing.T) {
+	requireCluster(t)
+	kubectl(t, classYAML("columns"), "apply", "-f", "-")
+	t.Cleanup(func() { kubectlErr(t, "", "delete", "sandboxpoolclass", "columns", "--wait=false") })
+	kubectl(t, poolYAML("columns-node", "columns")+"  override: {enabled: true, reason: test, resourcePolicy: {resources: {cpu: 1, memory: 1Gi}}}\n", "apply", "-f", "-")
+	t.Cleanup(func() { kubectlErr(t, "", "delete", "sandboxpool", "placeholder-columns-node", "--wait=false") })
+	status := `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool",
+		"metadata":{"name":"placeholder-columns-node"},
+		"status":{"phase":"Ready","resize":{"status":"Completed"},
+		          "poolInfo":{"zone":"zone-a","allocatableMemoryBytes":4294967296,"allocatedMemoryBytes":1073741824}}}`
+	kubectl(t, status, "apply", "--server-side", "--subresource=status", "--field-manager=sandboxpool-controller", "-f", "-")
+
+	out := kubectl(t, "", "get", "sandboxpools", "placeholder-columns-node")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want header and one row:\n%s", out)
+	}
+	header := strings.Fields(lines[0])
+	wantHeader := []string{"NAME", "PHASE", "NODE", "CLASS", "OVERRIDE", "RESIZE", "ZONE", "ALLOCATABLE", "ALLOCATED", "AGE"}
+	if strings.Join(header, " ") != strings.Join(wantHeader, " ") {
+		t.Errorf("columns:\n got %v\nwant %v", header, wantHeader)
+	}
+	row := strings.Fields(lines[1])
+	wantRow := []string{"placeholder-columns-node", "Ready", "columns-node", "columns", "true", "Completed", "zone-a", "4294967296", "1073741824"}
+	if len(row) < len(wantRow) || strings.Join(row[:len(wantRow)], " ") != strings.Join(wantRow, " ") {
+		t.Errorf("row:\n got %v\nwant %v …", row, wantRow)
+	}
+
+	out = kubectl(t, "", "get", "spc", "columns")
+	if h := strings.Fields(strings.SplitN(out, "\n", 2)[0]); strings.Join(h, " ") != "NAME TOTAL READY NOTREADY AGE" {
+		t.Errorf("class columns: %v", h)
+	}
+}
+
+func TestKubectlExplainShowsFieldDocs(t *testing.T) {
+	requireCluster(t)
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"sandboxpool.spec.override", []string{
+			"override replaces the class policy on this one node when",
+			"enabled", "makes the agent use override.resourcePolicy",
+			"reason", "says why this node differs",
+		}},
+		{"sandboxpoolclass.spec.selector", []string{"Immutable: changing it would mass-delete"}},
+		{"sandboxpool.status.conditions", []string{"A map list keyed by type, so each writer owns its own entries"}},
+	} {
+		out := kubectl(t, "", "explain", tc.path)
+		flat := strings.Join(strings.Fields(out), " ")
+		for _, w := range tc.want {
+			if !strings.Contains(flat, w) {
+				t.Errorf("kubectl explain %s does not show %q:\n%s", tc.path, w, out)
+			}
+		}
+	}
+}
