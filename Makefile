@@ -15,13 +15,15 @@ STAGING_VERSION := v0.$(patsubst v1.%,%,$(KUBE_VERSION))
 
 TOOLS_DIR   ?= $(CURDIR)/.tools
 CONTROLPLANE := $(TOOLS_DIR)/controlplane-k8s$(KUBE_VERSION:v%=%)-etcd$(ETCD_VERSION:v%=%)
-CLI_TOOLS    := $(TOOLS_DIR)/cli-cue$(CUE_VERSION:v%=%)-k8s$(STAGING_VERSION:v%=%)
+OPA_VERSION  := $(shell awk '$$1=="github.com/open-policy-agent/opa"{print $$2}' go.mod)
+CLI_TOOLS    := $(TOOLS_DIR)/cli-cue$(CUE_VERSION:v%=%)-k8s$(STAGING_VERSION:v%=%)-opa$(OPA_VERSION:v%=%)
 
 KUBE_APISERVER := $(CONTROLPLANE)/kube-apiserver
 KUBECTL        := $(CONTROLPLANE)/kubectl
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
+OPA            := $(CLI_TOOLS)/opa
 
 KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
@@ -57,15 +59,19 @@ verify: generate ## Regenerate and fail on any drift; check formatting, vet and 
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@tools_cue=$$(awk '$$1=="cuelang.org/go"{print $$2}' hack/tools/go.mod); \
-	if [ "$$tools_cue" != "$(CUE_VERSION)" ]; then \
-		echo "cue CLI ($$tools_cue, hack/tools/go.mod) and library ($(CUE_VERSION), go.mod) differ"; exit 1; fi
+	@for m in cuelang.org/go github.com/open-policy-agent/opa; do \
+		lib=$$(awk -v m=$$m '$$1==m{print $$2}' go.mod); cli=$$(awk -v m=$$m '$$1==m{print $$2}' hack/tools/go.mod); \
+		if [ "$$lib" != "$$cli" ]; then echo "$$m: CLI $$cli (hack/tools/go.mod) and library $$lib (go.mod) differ"; exit 1; fi; done
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
 	@for f in examples/*.yaml; do \
 		kind=$$(awk '$$1=="kind:"{print $$2; exit}' $$f); \
 		echo "cue vet -d '#$$kind' ./schema $$f"; $(CUE) vet -d "#$$kind" ./schema $$f; done
+
+.PHONY: opa-check
+opa-check: $(OPA) ## opa check --strict, opa fmt --diff and opa test with the 90% coverage floor.
+	bash bundles/check.sh $(OPA)
 
 .PHONY: build
 build: ## Build every package and binary (binaries into bin/).
@@ -76,7 +82,7 @@ build: ## Build every package and binary (binaries into bin/).
 ##@ Testing
 
 .PHONY: test
-test: tools verify cue-vet ## Run every test: drift check, cue CLI, unit, integration on a real API server.
+test: tools verify cue-vet opa-check ## Run every test: drift check, cue CLI, unit, integration on a real API server.
 	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
@@ -90,7 +96,7 @@ bench: tools ## Run the benchmarks and print their figures (see docs/benchmarks.
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CUE) $(DEEPCOPY_GEN) ## Build the pinned tools.
+tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CUE) $(DEEPCOPY_GEN) $(OPA) ## Build the pinned tools.
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-apiserver and kubectl $(KUBE_VERSION) (first time: several minutes)"
@@ -105,11 +111,12 @@ $(ETCD): hack/etcd/go.mod hack/etcd/go.sum
 	cd hack/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@ go.etcd.io/etcd/server/v3
 	@touch $@
 
-$(CUE) $(DEEPCOPY_GEN) &: hack/tools/go.mod hack/tools/go.sum
-	@echo ">> building cue $(CUE_VERSION) and deepcopy-gen"
+$(CUE) $(DEEPCOPY_GEN) $(OPA) &: hack/tools/go.mod hack/tools/go.sum
+	@echo ">> building cue $(CUE_VERSION), opa $(OPA_VERSION) and deepcopy-gen"
 	@mkdir -p $(CLI_TOOLS)
-	cd hack/tools && $(GO) build -trimpath -o $(CLI_TOOLS)/ cuelang.org/go/cmd/cue k8s.io/code-generator/cmd/deepcopy-gen
-	@touch $(CUE) $(DEEPCOPY_GEN)
+	cd hack/tools && $(GO) build -trimpath -o $(CLI_TOOLS)/ cuelang.org/go/cmd/cue \
+		github.com/open-policy-agent/opa k8s.io/code-generator/cmd/deepcopy-gen
+	@touch $(CUE) $(DEEPCOPY_GEN) $(OPA)
 
 .PHONY: clean
 clean: ## Remove built binaries (keeps the tools cache).

@@ -1,0 +1,17 @@
+# METADATA
+# description: |
+#   Entry point of the SandboxPool admission policy. data.sandboxpool.admission.deny is the
+#   set of {"field", "msg"} violations of input.request; an empty set allows the request.
+package sandboxpool.admission
+
+import data.sandboxpool.admission.class
+import data.sandboxpool.admission.pool
+import data.sandboxpool.admission.status
+
+# METADATA
+# entrypoint: true
+deny contains v if some v in class.deny
+
+deny contains v if some v in pool.deny
+
+deny contains v if some v in status.deny

@@ -1,0 +1,117 @@
+# METADATA
+# description: |
+#   Status scoping of SandboxPool (SPEC §3.2 and §4): who may write a pool's status
+#   subresource, and which fields each writer owns.
+package sandboxpool.admission.status
+
+import data.sandboxpool.lib.identity
+import data.sandboxpool.lib.request
+import data.sandboxpool.lib.violation
+
+# controller_fields are the status fields the controller owns besides its conditions;
+# every other status field (placeholderPod, placeholderAgent, override, resize, nodeCtl,
+# poolInfo, lastAppliedGeneration) belongs to the node's placeholder agent.
+controller_fields := {"phase"}
+
+# controller_conditions are the condition types the controller owns; every other
+# condition type belongs to the agent.
+controller_conditions := {"PlaceholderAgentHealthy", "NodeNotFound"}
+
+# applies is true for an UPDATE of sandboxpools/status (a PATCH arrives as an UPDATE).
+applies if {
+	request.is_pool_status
+	request.is_update
+}
+
+# node is the pool's node. spec.nodeName is immutable and a status write cannot change the
+# spec, so only the stored (old) object is trusted; without it no node may write.
+node := n if {
+	n := request.old.spec.nodeName
+	is_string(n)
+} else := ""
+
+# writer is the role the caller writes as. A caller that is both (a misconfiguration) is
+# held to the node's narrower field set.
+writer := "node" if {
+	node != ""
+	identity.is_node(request.user, node)
+} else := "controller" if {
+	identity.is_controller(request.user)
+}
+
+deny contains {"field": "status", "msg": msg} if {
+	applies
+	not writer
+	msg := sprintf(
+		"status of pool %s may only be written by node %s or the controller; caller %s is neither",
+		[request.name, node, request.username],
+	)
+}
+
+old_status := status_of(request.old)
+
+new_status := status_of(request.obj)
+
+status_of(obj) := s if {
+	s := obj.status
+	is_object(s)
+} else := {}
+
+# conditions returns the conditions of type t in status st (at most one in a valid list).
+conditions(st, t) := [c |
+	some c in object.get(st, "conditions", [])
+	c.type == t
+]
+
+condition_types := {c.type |
+	some st in [old_status, new_status]
+	some c in object.get(st, "conditions", [])
+}
+
+changed_fields contains key if {
+	some key in (object.keys(old_status) | object.keys(new_status))
+	key != "conditions"
+	object.get(old_status, key, null) != object.get(new_status, key, null)
+}
+
+changed_conditions contains t if {
+	some t in condition_types
+	conditions(old_status, t) != conditions(new_status, t)
+}
+
+# The node's agent may not touch the controller's fields and conditions.
+deny contains violation.new(sprintf("status.%s", [key]), msg) if {
+	applies
+	writer == "node"
+	some key in changed_fields
+	key in controller_fields
+	msg := sprintf("owned by the controller; node %s (caller %s) may not change it", [node, request.username])
+}
+
+deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if {
+	applies
+	writer == "node"
+	some t in changed_conditions
+	t in controller_conditions
+	msg := sprintf("owned by the controller; node %s (caller %s) may not add, remove or change it", [node, request.username])
+}
+
+# The controller may not touch the agent's fields and conditions.
+deny contains violation.new(sprintf("status.%s", [key]), msg) if {
+	applies
+	writer == "controller"
+	some key in changed_fields
+	not key in controller_fields
+	msg := sprintf("owned by the placeholder agent of node %s; the controller (caller %s) may not change it", [node, request.username])
+}
+
+deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if {
+	applies
+	writer == "controller"
+	some t in changed_conditions
+	not t in controller_conditions
+	msg := sprintf(
+		"owned by the placeholder agent of node %s; the controller (caller %s) may not add, remove or change it",
+		[node, request.username],
+	)
+}

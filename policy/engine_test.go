@@ -1,0 +1,327 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+)
+
+func newEngine(t testing.TB, opts ...policy.Option) *policy.Engine {
+	t.Helper()
+	e, err := policy.New(context.Background(), opts...)
+	if err != nil {
+		t.Fatalf("policy.New: %v", err)
+	}
+	return e
+}
+
+func fields(d policy.Decision) []string {
+	out := make([]string, len(d.Violations))
+	for i, v := range d.Violations {
+		out[i] = v.Field
+	}
+	return out
+}
+
+func TestEvaluate(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, policy.WithInventory(map[string]policy.PoolRef{
+		poolName("node-g"): {Class: "gold", NodeName: "node-g"},
+	}))
+
+	long := strings.Repeat("n", 250)
+	tests := []struct {
+		name string
+		req  *admissionv1.AdmissionRequest
+		// want are the violated fields, sorted; none means allowed.
+		want []string
+		// msg must appear in the joined message.
+		msg string
+	}{
+		// SandboxPoolClass.
+		{name: "class create", req: createClass(t, newClass())},
+		{name: "class zero cpu", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
+			c.Spec.ResourcePolicy.Resources = quota("0", "8Gi")
+		})), want: []string{"spec.resourcePolicy.resources.cpu"}, msg: "spec.resourcePolicy.resources.cpu: must be a quantity greater than zero"},
+		{name: "class missing memory", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
+			delete(c.Spec.ResourcePolicy.Resources, "memory")
+		})), want: []string{"spec.resourcePolicy.resources.memory"}},
+		{name: "class bad runtimeClassName", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
+			c.Spec.PlaceholderPod.RuntimeClassName = "Not_Valid"
+		})), want: []string{"spec.placeholderPod.runtimeClassName"}},
+		{name: "class selector change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
+			c.Spec.Selector.MatchLabels = map[string]string{"pool": "other"}
+		})), want: []string{"spec.selector"}, msg: "spec.selector: field is immutable"},
+		{name: "class quota change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
+			c.Spec.ResourcePolicy.Resources = quota("500m", "4Gi")
+		}))},
+		{name: "class delete", req: request(t, admissionv1.Delete, v1alpha1.ResourceSandboxPoolClasses, "", admin, nil, newClass())},
+
+		// SandboxPool.
+		{name: "pool create", req: createPool(t, newPool("node-a"))},
+		{name: "pool create long node name", req: createPool(t, newPool(long))},
+		{name: "pool wrong name", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Name = "placeholder-node-b"
+		})), want: []string{"metadata.name"}, msg: "metadata.name: must be the pool name of spec.nodeName (placeholder-node-a)"},
+		{name: "pool long node name not hashed", req: createPool(t, newPool(long, func(p *v1alpha1.SandboxPool) {
+			p.Name = "placeholder-" + long[:241]
+		})), want: []string{"metadata.name"}},
+		{name: "pool override without reason", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.Override = &v1alpha1.Override{Enabled: true, ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("6", "12Gi")}}
+		})), want: []string{"spec.override.reason"}},
+		{name: "pool override without policy", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1"}
+		})), want: []string{"spec.override.resourcePolicy"}},
+		{name: "pool override zero cpu", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("0", "12Gi")}}
+		})), want: []string{"spec.override.resourcePolicy.resources.cpu"}},
+		{name: "pool override", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("6", "12Gi")}}
+		}))},
+		{name: "pool tcp endpoint", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.NodeCtl = &v1alpha1.NodeCtlConfig{Endpoint: "tcp://10.0.0.1:7070"}
+		})), want: []string{"spec.nodeCtl.endpoint"}},
+		{name: "pool unix endpoint", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.NodeCtl = &v1alpha1.NodeCtlConfig{Endpoint: "unix:///run/node-ctl.sock"}
+		}))},
+		{name: "pool nodeName and classRef immutable", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.NodeName = "node-b"
+			p.Spec.ClassRef.Name = "gold"
+		})), want: []string{"metadata.name", "spec.classRef.name", "spec.nodeName"}},
+		{name: "pool spec updated by its node", req: updatePool(t, kubelet("node-a"), newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
+		})), want: []string{"spec"}, msg: "may not be modified by node identity system:node:node-a"},
+		{name: "pool spec updated by a node service account", req: updatePool(t, agentServiceAccount("node-a"), newPool("node-a"), newPool("node-a")), want: []string{"spec"}},
+		{name: "pool class conflict", req: createPool(t, newPool("node-g", func(p *v1alpha1.SandboxPool) {
+			p.Spec.ClassRef.Name = "silver"
+		})), want: []string{"spec.nodeName"}, msg: "node node-g already belongs to class gold"},
+		{name: "pool same class as inventory", req: createPool(t, newPool("node-g", func(p *v1alpha1.SandboxPool) {
+			p.Spec.ClassRef.Name = "gold"
+		}))},
+
+		// Status scoping.
+		{name: "status by its node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			st.PoolInfo.Zone = "z2"
+			st.Resize = &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress}
+			setCondition(st, condition(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue))
+		}))},
+		{name: "status by its node service account", req: updateStatus(t, agentServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			setCondition(st, condition(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionFalse))
+		}))},
+		{name: "status by another node", req: updateStatus(t, kubelet("node-a"), withStatus("node-b"), withStatus("node-b")), want: []string{"status"},
+			msg: "status of pool placeholder-node-b may only be written by node node-b or the controller; caller system:node:node-a is neither"},
+		{name: "status by another node service account", req: updateStatus(t, agentServiceAccount("node-a"), withStatus("node-b"), withStatus("node-b")), want: []string{"status"}},
+		{name: "status by an admin", req: updateStatus(t, admin, withStatus("node-b"), withStatus("node-b")), want: []string{"status"}, msg: "caller kubernetes-admin is neither"},
+		{name: "status phase by node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			st.Phase = v1alpha1.PhaseDegraded
+		})), want: []string{"status.phase"}, msg: "status.phase: owned by the controller; node node-b"},
+		{name: "status controller conditions by node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			setCondition(st, condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse))
+			setCondition(st, condition(v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse))
+		})), want: []string{"status.conditions[type=NodeNotFound]", "status.conditions[type=PlaceholderAgentHealthy]"}},
+		{name: "status by controller", req: updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			st.Phase = v1alpha1.PhaseUnready
+			setCondition(st, condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse))
+			setCondition(st, condition(v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue))
+		}))},
+		{name: "status agent fields by controller", req: updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			st.Phase = v1alpha1.PhaseDegraded
+			st.PoolInfo = nil
+			st.LastAppliedGeneration = ptr(int64(2))
+			setCondition(st, condition(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse))
+		})), want: []string{"status.conditions[type=NodeCtlHealthy]", "status.lastAppliedGeneration", "status.poolInfo"},
+			msg: "status.poolInfo: owned by the placeholder agent of node node-b; the controller"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := e.Evaluate(ctx, tt.req)
+			if err != nil {
+				t.Fatalf("Evaluate: %v", err)
+			}
+			if got := fields(d); !slices.Equal(got, tt.want) {
+				t.Errorf("violated fields = %q, want %q\nmessage: %s", got, tt.want, d.Message())
+			}
+			if d.Allowed != (len(tt.want) == 0) {
+				t.Errorf("Allowed = %v with %d violations", d.Allowed, len(d.Violations))
+			}
+			if !strings.Contains(d.Message(), tt.msg) {
+				t.Errorf("message %q does not contain %q", d.Message(), tt.msg)
+			}
+		})
+	}
+}
+
+// TestInventory checks that inventory updates reach the policy.
+func TestInventory(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	silver := createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) { p.Spec.ClassRef.Name = "silver" }))
+	allowed := func(want bool) {
+		t.Helper()
+		d, err := e.Evaluate(ctx, silver)
+		if err != nil {
+			t.Fatalf("Evaluate: %v", err)
+		}
+		if d.Allowed != want {
+			t.Fatalf("Allowed = %v, want %v (%s)", d.Allowed, want, d.Message())
+		}
+	}
+	allowed(true)
+	if err := e.SetInventory(ctx, map[string]policy.PoolRef{"placeholder-node-a": {Class: "default", NodeName: "node-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	allowed(false)
+	if err := e.DeletePool(ctx, "placeholder-node-a"); err != nil {
+		t.Fatal(err)
+	}
+	allowed(true)
+	if err := e.DeletePool(ctx, "placeholder-node-a"); err != nil {
+		t.Fatalf("deleting a missing pool: %v", err)
+	}
+	if err := e.UpsertPool(ctx, "placeholder-node-a", policy.PoolRef{Class: "gold", NodeName: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	allowed(false)
+	if err := e.UpsertPool(ctx, "placeholder-node-a", policy.PoolRef{Class: "silver", NodeName: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	allowed(true)
+
+	// Two pools on the node (a stray name): removing one leaves the other's conflict.
+	if err := e.UpsertPool(ctx, "stray", policy.PoolRef{Class: "gold", NodeName: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	allowed(false)
+	if err := e.DeletePool(ctx, "placeholder-node-a"); err != nil {
+		t.Fatal(err)
+	}
+	allowed(false)
+	// A pool that moves to another node leaves the old node's index entry.
+	if err := e.UpsertPool(ctx, "stray", policy.PoolRef{Class: "gold", NodeName: "node-x"}); err != nil {
+		t.Fatal(err)
+	}
+	allowed(true)
+	if err := e.UpsertPool(ctx, "stray", policy.PoolRef{Class: "gold", NodeName: "node-x"}); err != nil {
+		t.Fatalf("idempotent upsert: %v", err)
+	}
+	if err := e.SetInventory(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	allowed(true)
+}
+
+// TestConfig checks that the controller identity and the per-node service accounts come
+// from the config.
+func TestConfig(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	bySA := updateStatus(t, agentServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b"))
+	byGroup := updateStatus(t, admin, withStatus("node-b"), withStatus("node-b"))
+	check := func(req *admissionv1.AdmissionRequest, want bool) {
+		t.Helper()
+		d, err := e.Evaluate(ctx, req)
+		if err != nil {
+			t.Fatalf("Evaluate: %v", err)
+		}
+		if d.Allowed != want {
+			t.Errorf("Allowed = %v, want %v (%s)", d.Allowed, want, d.Message())
+		}
+	}
+	check(bySA, true)
+	check(byGroup, false)
+
+	if err := e.SetConfig(ctx, policy.Config{ControllerGroups: admin.Groups}); err != nil {
+		t.Fatal(err)
+	}
+	check(bySA, false)
+	check(byGroup, true)
+
+	if err := e.SetConfig(ctx, policy.Config{ControllerGroups: admin.Groups, NodeServiceAccountPrefix: "x-"}); err == nil {
+		t.Error("SetConfig accepted a prefix without a namespace")
+	}
+	if err := e.SetConfig(ctx, policy.Config{}); err == nil {
+		t.Error("SetConfig accepted a config without a controller identity")
+	}
+	if _, err := policy.New(ctx, policy.WithConfig(policy.Config{})); err == nil {
+		t.Error("New accepted a config without a controller identity")
+	}
+}
+
+// TestSortedViolations checks that violations come sorted by field, then message.
+func TestSortedViolations(t *testing.T) {
+	e := newEngine(t)
+	req := createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
+		c.Spec.ResourcePolicy.Resources = nil
+		c.Spec.PlaceholderPod.RuntimeClassName = "Bad"
+	}))
+	d, err := e.Evaluate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"spec.placeholderPod.runtimeClassName", "spec.resourcePolicy.resources"}
+	if got := fields(d); !slices.Equal(got, want) {
+		t.Errorf("fields = %q, want %q", got, want)
+	}
+	if want := "spec.placeholderPod.runtimeClassName: must be a lower-case RFC 1123 subdomain; " +
+		"spec.resourcePolicy.resources: field is required but not present"; d.Message() != want {
+		t.Errorf("Message() = %q, want %q", d.Message(), want)
+	}
+}
+
+func TestEvaluateErrors(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	if _, err := e.Evaluate(ctx, nil); err == nil {
+		t.Error("Evaluate(nil) returned no error")
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if d, err := e.Evaluate(canceled, createClass(t, newClass())); !errors.Is(err, context.Canceled) {
+		t.Errorf("Evaluate with a canceled context = %+v, %v; want context.Canceled", d, err)
+	}
+}
+
+// TestConcurrentUse evaluates while the inventory changes (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t)
+	req := createPool(t, newPool("node-a"))
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				if _, err := e.Evaluate(ctx, req); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 50 {
+			ref := policy.PoolRef{Class: "default", NodeName: "node-a"}
+			if i%2 == 1 {
+				ref.Class = "gold"
+			}
+			if err := e.UpsertPool(ctx, "placeholder-node-a", ref); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,186 @@
+package policy_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+)
+
+// Callers.
+var (
+	admin      = authenticationv1.UserInfo{Username: "kubernetes-admin", Groups: []string{user.SystemPrivilegedGroup}}
+	controller = authenticationv1.UserInfo{
+		Username: policy.DefaultControllerUsername,
+		Groups:   []string{user.AllAuthenticated},
+	}
+)
+
+func kubelet(node string) authenticationv1.UserInfo {
+	return authenticationv1.UserInfo{Username: "system:node:" + node, Groups: []string{user.NodesGroup, user.AllAuthenticated}}
+}
+
+func agentServiceAccount(node string) authenticationv1.UserInfo {
+	return authenticationv1.UserInfo{
+		Username: serviceaccount.MakeUsername(policy.DefaultNamespace, policy.DefaultNodeServiceAccountPrefix+node),
+		Groups:   serviceaccount.MakeGroupNames(policy.DefaultNamespace),
+	}
+}
+
+// poolName is the deterministic pool name of SPEC §2, restated here so that the test
+// checks the Rego implementation against an independent one.
+func poolName(node string) string {
+	if len(node) <= 241 {
+		return "placeholder-" + node
+	}
+	sum := sha256.Sum256([]byte(node))
+	return "placeholder-" + node[:232] + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+func quota(cpu, memory string) corev1.ResourceList {
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+}
+
+func newClass(mutate ...func(*v1alpha1.SandboxPoolClass)) *v1alpha1.SandboxPoolClass {
+	c := &v1alpha1.SandboxPoolClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version, Kind: v1alpha1.KindSandboxPoolClass},
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: v1alpha1.SandboxPoolClassSpec{
+			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"sandbox.agentcube.io/pool": "default"}},
+			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: quota("4", "8Gi")},
+			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"},
+		},
+	}
+	for _, m := range mutate {
+		m(c)
+	}
+	return c
+}
+
+func newPool(node string, mutate ...func(*v1alpha1.SandboxPool)) *v1alpha1.SandboxPool {
+	p := &v1alpha1.SandboxPool{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version, Kind: v1alpha1.KindSandboxPool},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   poolName(node),
+			Labels: map[string]string{v1alpha1.LabelClass: "default", v1alpha1.LabelNode: node},
+		},
+		Spec: v1alpha1.SandboxPoolSpec{
+			ClassRef:       v1alpha1.ClassRef{Name: "default"},
+			NodeName:       node,
+			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: quota("4", "8Gi")},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func condition(t string, s metav1.ConditionStatus) metav1.Condition {
+	return metav1.Condition{Type: t, Status: s, Reason: "Test", LastTransitionTime: metav1.Unix(1_800_000_000, 0)}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// withStatus is node's pool with a full status written by both owners.
+func withStatus(node string, mutate ...func(*v1alpha1.SandboxPoolStatus)) *v1alpha1.SandboxPool {
+	return newPool(node, func(p *v1alpha1.SandboxPool) {
+		p.Status = v1alpha1.SandboxPoolStatus{
+			Phase:                 v1alpha1.PhaseReady,
+			PlaceholderPod:        &v1alpha1.PlaceholderPodStatus{Name: poolName(node) + "-" + node, UID: "u1", Phase: "Running"},
+			PlaceholderAgent:      &v1alpha1.PlaceholderAgentStatus{Version: "v0.1.0"},
+			NodeCtl:               &v1alpha1.NodeCtlStatus{Connected: ptr(true)},
+			PoolInfo:              &v1alpha1.PoolInfo{Zone: "z1", AllocatableMemoryBytes: ptr(int64(8 << 30))},
+			LastAppliedGeneration: ptr(int64(1)),
+			Conditions: []metav1.Condition{
+				condition(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue),
+				condition(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
+				condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue),
+			},
+		}
+		for _, m := range mutate {
+			m(&p.Status)
+		}
+	})
+}
+
+func setCondition(st *v1alpha1.SandboxPoolStatus, c metav1.Condition) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == c.Type {
+			st.Conditions[i] = c
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, c)
+}
+
+func raw(t testing.TB, obj any) runtime.RawExtension {
+	t.Helper()
+	if obj == nil {
+		return runtime.RawExtension{}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatalf("encoding %T: %v", obj, err)
+	}
+	return runtime.RawExtension{Raw: b}
+}
+
+func request(t testing.TB, op admissionv1.Operation, res, sub string, who authenticationv1.UserInfo, obj, old metav1.Object) *admissionv1.AdmissionRequest {
+	t.Helper()
+	kind := v1alpha1.KindSandboxPool
+	if res == v1alpha1.ResourceSandboxPoolClasses {
+		kind = v1alpha1.KindSandboxPoolClass
+	}
+	name := ""
+	var newObj, oldObj any
+	if obj != nil {
+		name, newObj = obj.GetName(), obj
+	}
+	if old != nil {
+		name, oldObj = old.GetName(), old
+	}
+	return &admissionv1.AdmissionRequest{
+		UID:         "705ab4f5-6393-11e8-b7cc-42010a800002",
+		Kind:        metav1.GroupVersionKind{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Kind: kind},
+		Resource:    metav1.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Resource: res},
+		SubResource: sub,
+		Name:        name,
+		Operation:   op,
+		UserInfo:    who,
+		Object:      raw(t, newObj),
+		OldObject:   raw(t, oldObj),
+	}
+}
+
+func createClass(t testing.TB, c *v1alpha1.SandboxPoolClass) *admissionv1.AdmissionRequest {
+	return request(t, admissionv1.Create, v1alpha1.ResourceSandboxPoolClasses, "", admin, c, nil)
+}
+
+func updateClass(t testing.TB, old, c *v1alpha1.SandboxPoolClass) *admissionv1.AdmissionRequest {
+	return request(t, admissionv1.Update, v1alpha1.ResourceSandboxPoolClasses, "", admin, c, old)
+}
+
+func createPool(t testing.TB, p *v1alpha1.SandboxPool) *admissionv1.AdmissionRequest {
+	return request(t, admissionv1.Create, v1alpha1.ResourceSandboxPools, "", controller, p, nil)
+}
+
+func updatePool(t testing.TB, who authenticationv1.UserInfo, old, p *v1alpha1.SandboxPool) *admissionv1.AdmissionRequest {
+	return request(t, admissionv1.Update, v1alpha1.ResourceSandboxPools, "", who, p, old)
+}
+
+func updateStatus(t testing.TB, who authenticationv1.UserInfo, old, p *v1alpha1.SandboxPool) *admissionv1.AdmissionRequest {
+	return request(t, admissionv1.Update, v1alpha1.ResourceSandboxPools, "status", who, p, old)
+}
