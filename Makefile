@@ -84,14 +84,25 @@ build: ## Build every package and binary (binaries into bin/).
 .PHONY: test
 test: tools verify cue-vet opa-check ## Run every test: drift check, cue CLI, unit, integration on a real API server.
 	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory fuzz
+
+FUZZ_TIME ?= 20s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the admission handler for FUZZ_TIME (corpus kept in webhook/testdata/fuzz).
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 200x ./webhook/
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no built tools (the rest skip with a message).
 	$(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: tools ## Run the benchmarks and print their figures (see docs/benchmarks.md).
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2000x ./schema/
+bench: tools ## Run the benchmarks and print their figures (recorded in docs/benchmarks.md).
+	@mkdir -p _output
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x -count 3 ./schema/ | tee _output/bench-schema.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./policy/ | tee _output/bench-policy.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./webhook/ | tee _output/bench-webhook.txt
+	$(TEST_ENV) $(GO) test -run '^$$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/ | tee _output/bench-admission.txt
 
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 

@@ -66,8 +66,20 @@ func Require(t testing.TB, cp *ControlPlane, startErr error) {
 	}
 }
 
+// Option configures Start.
+type Option func(*envtest.Environment, string)
+
+// WithWebhooks registers the webhook configurations in the files below dir (relative to the
+// repository root), with their clientConfig pointed at a local server that the test runs
+// with the serving certificate in WebhookOptions().LocalServingCertDir.
+func WithWebhooks(dir string) Option {
+	return func(env *envtest.Environment, root string) {
+		env.WebhookInstallOptions.Paths = append(env.WebhookInstallOptions.Paths, filepath.Join(root, dir))
+	}
+}
+
 // Start starts etcd and kube-apiserver and installs the CRDs with kubectl.
-func Start() (*ControlPlane, error) {
+func Start(opts ...Option) (*ControlPlane, error) {
 	if why := Unavailable(); why != "" {
 		return nil, fmt.Errorf("%s", why)
 	}
@@ -76,6 +88,9 @@ func Start() (*ControlPlane, error) {
 		return nil, err
 	}
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true}
+	for _, o := range opts {
+		o(env, root)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
@@ -131,6 +146,22 @@ func (c *ControlPlane) Kubectl(ctx context.Context, stdin io.Reader, args ...str
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &o, &e
 	err = cmd.Run()
 	return o.String(), strings.TrimSpace(e.String()), err
+}
+
+// WebhookOptions says where the API server expects the webhook server registered with
+// WithWebhooks: LocalServingHost, LocalServingPort and LocalServingCertDir.
+func (c *ControlPlane) WebhookOptions() envtest.WebhookInstallOptions {
+	return c.Env.WebhookInstallOptions
+}
+
+// AddUser returns a client configuration authenticated as name in groups, with a client
+// certificate, the way a kubelet or a service account reaches the API server.
+func (c *ControlPlane) AddUser(name string, groups ...string) (*rest.Config, error) {
+	u, err := c.Env.AddUser(envtestUser(name, groups...), nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding user %s: %w", name, err)
+	}
+	return u.Config(), nil
 }
 
 // Stop stops the control plane.

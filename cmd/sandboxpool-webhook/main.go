@@ -1,0 +1,58 @@
+// Command sandboxpool-webhook is the SandboxPool validating admission webhook: flags in,
+// webhook.Run out. See docs/webhook.md.
+package main
+
+import (
+	"flag"
+	"os"
+	"strings"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
+
+	"github.com/agentcube/sandboxpool/webhook"
+)
+
+func main() {
+	opts := webhook.DefaultOptions()
+	flag.StringVar(&opts.Addr, "addr", opts.Addr, "HTTPS listen address of the admission webhook")
+	flag.StringVar(&opts.CertDir, "cert-dir", opts.CertDir, "directory holding tls.crt and tls.key (reloaded when they change)")
+	flag.StringVar(&opts.MetricsAddr, "metrics-addr", opts.MetricsAddr, "listen address of /metrics")
+	flag.StringVar(&opts.HealthAddr, "health-addr", opts.HealthAddr, "listen address of /healthz and /readyz")
+	users := flag.String("controller-usernames", strings.Join(opts.ControllerUsernames, ","), "comma-separated usernames of the SandboxPool controller")
+	groups := flag.String("controller-groups", strings.Join(opts.ControllerGroups, ","), "comma-separated groups whose members act as the SandboxPool controller")
+	flag.StringVar(&opts.NodeSANamespace, "node-sa-namespace", opts.NodeSANamespace, "namespace of the per-node agent service accounts (empty, with --node-sa-prefix empty, trusts only system:node:<node>)")
+	flag.StringVar(&opts.NodeSAPrefix, "node-sa-prefix", opts.NodeSAPrefix, "name prefix of the per-node agent service accounts; the node name follows it")
+	flag.StringVar(&opts.PolicyBundle, "policy-bundle", "", "OPA bundle (directory or .tar.gz) to use instead of the embedded policy")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	opts.ControllerUsernames, opts.ControllerGroups = list(*users), list(*groups)
+
+	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	ctrllog.SetLogger(log)
+	klog.SetLogger(log) // client-go's informer errors (e.g. a forbidden list) in the same log
+	cfg, err := config.GetConfig()
+	if err != nil {
+		log.Error(err, "loading kubeconfig")
+		os.Exit(1)
+	}
+	if err := webhook.Run(signals.SetupSignalHandler(), cfg, opts, log); err != nil {
+		log.Error(err, "webhook failed")
+		os.Exit(1)
+	}
+}
+
+// list splits a comma-separated flag value, dropping empty items.
+func list(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

@@ -1,0 +1,98 @@
+// Package admission tests the admission webhook as the API server calls it: the
+// ValidatingWebhookConfiguration from deploy/webhook registered on a real kube-apiserver,
+// the webhook server running in this process, the RBAC of deploy/rbac applied, and real
+// authenticated identities (client certificates) for nodes, the controller and others.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+var (
+	cp         *framework.ControlPlane
+	startErr   error
+	healthAddr string
+)
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if framework.Unavailable() == "" {
+		cp, startErr = framework.Start(framework.WithWebhooks(filepath.Join("deploy", "webhook")))
+		if startErr == nil {
+			startErr = setUp(ctx)
+		}
+	}
+	code := m.Run()
+	cancel()
+	if cp != nil {
+		if err := cp.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// setUp applies the RBAC of deploy/rbac and starts the webhook where the API server
+// expects it, then waits until it is ready (certificate loaded, inventory synced).
+func setUp(ctx context.Context) error {
+	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
+		return fmt.Errorf("applying deploy/rbac: %w: %s", err, stderr)
+	}
+	wo := cp.WebhookOptions()
+	healthAddr = freeAddr()
+	opts := webhook.Options{
+		Addr:        net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)),
+		CertDir:     wo.LocalServingCertDir,
+		MetricsAddr: freeAddr(),
+		HealthAddr:  healthAddr,
+
+		ControllerUsernames: []string{controllerUser},
+		NodeSANamespace:     agentSANamespace,
+		NodeSAPrefix:        agentSAPrefix,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- webhook.Run(ctx, cp.Config, opts, zap.New(zap.UseDevMode(true))) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("webhook exited: %w", err)
+		default:
+		}
+		if resp, err := http.Get("http://" + healthAddr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	return fmt.Errorf("webhook not ready within 30s")
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func requireCluster(t testing.TB) *framework.ControlPlane {
+	t.Helper()
+	framework.Require(t, cp, startErr)
+	return cp
+}

@@ -1,0 +1,83 @@
+package admission
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+func poolObject(t *testing.T, name, node, class, extra string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	y := `apiVersion: sandboxpool.agentcube.volcano.sh/v1alpha1
+kind: SandboxPool
+metadata: {name: "` + name + `"}
+spec:
+  classRef: {name: ` + class + `}
+  nodeName: "` + node + `"
+  resourcePolicy: {resources: {cpu: "2", memory: 4Gi` + extra + `}}
+`
+	if err := yaml.Unmarshal([]byte(y), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestLongNodeNameHashRule: the CRD's CEL rule cannot hash, so for node names over 241
+// characters only the webhook enforces the deterministic name.
+func TestLongNodeNameHashRule(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	pools := admin(t).Resource(poolsGVR)
+	node := strings.Repeat("n", 120) + "." + strings.Repeat("x", 129) // 250 characters
+	sum := sha256.Sum256([]byte(node))
+	good := "placeholder-" + node[:232] + "-" + hex.EncodeToString(sum[:])[:8]
+	bad := "placeholder-" + node[:241]
+
+	_, err := pools.Create(ctx, poolObject(t, bad, node, "c1", ""), metav1.CreateOptions{})
+	wantForbidden(t, "truncated name", err, "metadata.name", "must be the pool name of spec.nodeName")
+	if _, err := pools.Create(ctx, poolObject(t, good, node, "c1", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("hashed name rejected: %v", err)
+	}
+	_ = pools.Delete(ctx, good, metav1.DeleteOptions{})
+}
+
+// TestSecondClassForOwnedNode: a pool of another class for a node that already has one is
+// denied by the webhook (its inventory comes from an informer, so poll until it has seen
+// the first pool; before that the API server answers AlreadyExists, as the name is
+// deterministic — the atomic first layer of single-class-per-node).
+func TestSecondClassForOwnedNode(t *testing.T) {
+	requireCluster(t)
+	createPool(t, "node-g", "c1")
+	pools := admin(t).Resource(poolsGVR)
+	deadline := time.Now().Add(15 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		_, err = pools.Create(context.Background(), poolObject(t, poolName("node-g"), "node-g", "c2", ""), metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("want AlreadyExists or the webhook's denial, got %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+	wantForbidden(t, "second class for node-g", err, "node-g", "c1")
+}
+
+// TestResourceNameKeys closes the API server gap recorded in the corpus: the CRD cannot
+// check map keys, the webhook's CUE schema does.
+func TestResourceNameKeys(t *testing.T) {
+	requireCluster(t)
+	_, err := admin(t).Resource(poolsGVR).Create(context.Background(),
+		poolObject(t, poolName("node-h"), "node-h", "c1", `, "bad name!": "1"`), metav1.CreateOptions{})
+	wantForbidden(t, "bad resource name", err, `bad name!`, "field not allowed")
+}

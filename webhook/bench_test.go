@@ -1,0 +1,168 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/webhook"
+)
+
+// benchInventory is a cluster of n pools on other nodes, so the CREATE rule's lookup runs
+// against a realistic inventory.
+func benchInventory(n int) policy.Option {
+	pools := make(map[string]policy.PoolRef, n)
+	for i := range n {
+		node := fmt.Sprintf("node-%05d", i)
+		pools["placeholder-"+node] = policy.PoolRef{Class: "default", NodeName: node}
+	}
+	return policy.WithInventory(pools)
+}
+
+// benchRequests are the three requests the webhook mostly sees: a class CREATE by an
+// admin, a pool CREATE by the controller and a status UPDATE by the pool's node.
+func benchRequests() []struct {
+	name string
+	req  *admissionv1.AdmissionRequest
+} {
+	oldStatus := strings.Replace(poolStatusJSON, `"connected":true`, `"connected":false`, 1)
+	return []struct {
+		name string
+		req  *admissionv1.AdmissionRequest
+	}{
+		{"class-create", createClass(classJSON)},
+		{"pool-create", createPool(poolJSON)},
+		{"pool-status-update-by-node", updatePoolStatus(nodeA, oldStatus, poolStatusJSON)},
+	}
+}
+
+// percentile is the p-th percentile (0..1) of sorted durations, in nanoseconds.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[int(float64(len(sorted)-1)*p)].Nanoseconds())
+}
+
+// BenchmarkValidate times the whole pipeline (schema, defaulting, policy) per request
+// kind, with 1000 pools in the inventory. Besides ns/op and allocations it reports the
+// median and 99th percentile of the per-call times.
+func BenchmarkValidate(b *testing.B) {
+	v := newValidator(b, benchInventory(1000))
+	ctx := context.Background()
+	for _, bc := range benchRequests() {
+		b.Run(bc.name, func(b *testing.B) {
+			if d, err := v.Validate(ctx, bc.req); err != nil || !d.Allowed {
+				b.Fatalf("Validate = %+v, %v; want an allow", d, err)
+			}
+			times := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := v.Validate(ctx, bc.req); err != nil {
+					b.Fatal(err)
+				}
+				times = append(times, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(times)
+			b.ReportMetric(percentile(times, 0.50), "p50-ns")
+			b.ReportMetric(percentile(times, 0.99), "p99-ns")
+		})
+	}
+}
+
+// loopbackWindow is how long BenchmarkHandlerLoopback drives each rate.
+const loopbackWindow = 3 * time.Second
+
+// BenchmarkHandlerLoopback runs the real Handler behind an httptest TLS server on
+// loopback and sends it the three benchRequests in turn at a fixed rate for
+// loopbackWindow, whatever b.N is (an open loop: a request is due at its slot whether
+// or not earlier ones have returned). Latency is measured from the slot, so a server that
+// falls behind shows it in p99; req/s is the rate achieved. The client keeps up to 64
+// connections alive.
+func BenchmarkHandlerLoopback(b *testing.B) {
+	h := newHandler(b, newValidator(b, benchInventory(1000)), prometheus.NewRegistry())
+	srv := httptest.NewTLSServer(h)
+	defer srv.Close()
+	transport := srv.Client().Transport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 64
+	transport.MaxConnsPerHost = 64
+	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	defer transport.CloseIdleConnections()
+
+	var bodies [][]byte
+	for _, bc := range benchRequests() {
+		bodies = append(bodies, review(b, bc.req))
+	}
+	send := func(body []byte) error {
+		resp, err := client.Post(srv.URL+webhook.ValidatePath, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		var rv admissionv1.AdmissionReview
+		if err := json.Unmarshal(out, &rv); err != nil || rv.Response == nil || !rv.Response.Allowed {
+			return fmt.Errorf("HTTP %d, response %.200s", resp.StatusCode, out)
+		}
+		return nil
+	}
+	for _, body := range bodies { // warm the connection and the caches
+		if err := send(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	for _, rate := range []int{200, 1000} {
+		b.Run(fmt.Sprintf("rate-%d", rate), func(b *testing.B) {
+			n := rate * int(loopbackWindow/time.Second)
+			interval := time.Second / time.Duration(rate)
+			latencies := make([]time.Duration, n)
+			var failed atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for i := range n {
+				due := start.Add(time.Duration(i) * interval)
+				if wait := time.Until(due); wait > 0 {
+					time.Sleep(wait) // pacing the open loop, not synchronisation
+				}
+				wg.Go(func() {
+					if err := send(bodies[i%len(bodies)]); err != nil {
+						failed.Add(1)
+						b.Error(err)
+					}
+					latencies[i] = time.Since(due)
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			slices.Sort(latencies)
+			b.ReportMetric(0, "ns/op") // the window is fixed; per-op time is p50/p99
+			b.ReportMetric(percentile(latencies, 0.50), "p50-ns")
+			b.ReportMetric(percentile(latencies, 0.99), "p99-ns")
+			b.ReportMetric(float64(n-int(failed.Load()))/elapsed.Seconds(), "req/s")
+			b.ReportMetric(float64(rate), "target-req/s")
+		})
+	}
+}

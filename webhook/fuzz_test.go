@@ -1,0 +1,142 @@
+package webhook_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/webhook"
+)
+
+// fuzzSeeds are reviews of every corpus object (as the API server would send them) and
+// valid requests, plus junk.
+func fuzzSeeds(f *testing.F) [][]byte {
+	f.Helper()
+	invalid, err := corpus.Invalid()
+	if err != nil {
+		f.Fatal(err)
+	}
+	examples, err := corpus.Examples()
+	if err != nil {
+		f.Fatal(err)
+	}
+	var seeds [][]byte
+	for _, o := range invalid {
+		req := request(admissionv1.Create, o.As, "", admin, o.JSON, nil)
+		if o.Status {
+			req = request(admissionv1.Update, o.As, "status", nodeA, o.JSON, withoutStatus(f, o.JSON))
+		}
+		seeds = append(seeds, review(f, req))
+	}
+	for _, o := range examples {
+		seeds = append(seeds, review(f, request(admissionv1.Create, o.Kind, "", admin, o.JSON, nil)))
+	}
+	lease := createClass(classJSON)
+	lease.Kind = metav1.GroupVersionKind{Group: "coordination.k8s.io", Version: "v1", Kind: "Lease"}
+	del := request(admissionv1.Delete, v1alpha1.KindSandboxPool, "", admin, nil, []byte(poolJSON))
+	seeds = append(seeds,
+		review(f, createClass(classJSON)),
+		review(f, createPool(poolJSON)),
+		review(f, updatePoolStatus(nodeA, poolJSON, poolStatusJSON)),
+		review(f, updatePoolStatus(kubelet("node-b"), poolJSON, poolStatusJSON)),
+		review(f, lease),
+		review(f, del),
+		nil,
+		[]byte(`{}`),
+		[]byte(`null`),
+		[]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`),
+		[]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}`),
+		[]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE",`+
+			`"kind":{"group":"sandboxpool.agentcube.volcano.sh","version":"v1alpha1","kind":"SandboxPool"},`+
+			`"resource":{"group":"sandboxpool.agentcube.volcano.sh","version":"v1alpha1","resource":"sandboxpools"},"object":[]}}`),
+		[]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","UID":"v"}}`),
+		[]byte("\xff\xfe{"),
+	)
+	return seeds
+}
+
+// FuzzHandler posts arbitrary bodies to the Handler. It must never panic; a body that is
+// not an AdmissionReview v1 with a request (and a uid) gets 400 and no allow; any other
+// gets a 200 review echoing the uid; and an object the CUE schema rejects is never allowed.
+func FuzzHandler(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	s := schema.MustCompiled()
+	h := newHandler(f, webhook.NewValidator(s, newEngine(f)), prometheus.NewRegistry())
+
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest(http.MethodPost, webhook.ValidatePath, bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+
+		if strings.Contains(w.Body.String(), `"allowed":true`) && w.Code != http.StatusOK {
+			t.Fatalf("HTTP %d with an allow: %s", w.Code, w.Body.String())
+		}
+		if !isReview(body) {
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("not a review, got HTTP %d, want 400: %s", w.Code, w.Body.String())
+			}
+			return
+		}
+		if w.Code == http.StatusBadRequest {
+			return // e.g. a field whose case only encoding/json forgives
+		}
+		if w.Code != http.StatusOK {
+			t.Fatalf("HTTP %d, want 200 or 400: %s", w.Code, w.Body.String())
+		}
+		var in, out admissionv1.AdmissionReview
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil {
+			t.Fatalf("answered 200 to a body the API server's decoder rejects: %v", err)
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil {
+			t.Fatalf("response is not a review: %v: %s", err, w.Body.String())
+		}
+		if out.Response.UID != in.Request.UID {
+			t.Fatalf("response uid %q, request uid %q", out.Response.UID, in.Request.UID)
+		}
+		if !out.Response.Allowed {
+			if out.Response.Result == nil || out.Response.Result.Code < 400 {
+				t.Fatalf("denial without a 4xx/5xx status: %s", w.Body.String())
+			}
+			return
+		}
+		req := in.Request
+		if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+			return // DELETE and CONNECT are allowed without evaluation
+		}
+		kind, ok := map[string]schema.Kind{
+			v1alpha1.KindSandboxPoolClass: schema.KindSandboxPoolClass,
+			v1alpha1.KindSandboxPool:      schema.KindSandboxPool,
+		}[req.Kind.Kind]
+		if !ok {
+			t.Fatalf("allowed a %s", req.Kind.String())
+		}
+		if _, err := s.Default(kind, req.Object.Raw); err != nil {
+			t.Fatalf("allowed an object the schema rejects: %v", err)
+		}
+	})
+}
+
+// isReview is the fuzz oracle: body decodes (leniently, with encoding/json) to an
+// AdmissionReview v1 with a request that has a uid.
+func isReview(body []byte) bool {
+	var rv admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &rv); err != nil {
+		return false
+	}
+	return rv.APIVersion == admissionv1.SchemeGroupVersion.String() && rv.Kind == "AdmissionReview" &&
+		rv.Request != nil && rv.Request.UID != ""
+}

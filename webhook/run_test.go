@@ -1,0 +1,228 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+)
+
+// fakeAPIServer serves just enough of the Kubernetes API for a SandboxPool informer:
+// discovery, a list with pools, and a watch that stays open and quiet. It refuses
+// streaming lists, so the reflector falls back to list-then-watch.
+func fakeAPIServer(t *testing.T, pools ...v1alpha1.SandboxPool) *httptest.Server {
+	t.Helper()
+	gv := v1alpha1.GroupName + "/" + v1alpha1.Version
+	stop := make(chan struct{})
+	writeJSON := func(w http.ResponseWriter, code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}})
+	})
+	mux.HandleFunc("/apis", func(w http.ResponseWriter, _ *http.Request) {
+		v := metav1.GroupVersionForDiscovery{GroupVersion: gv, Version: v1alpha1.Version}
+		writeJSON(w, http.StatusOK, metav1.APIGroupList{
+			TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
+			Groups:   []metav1.APIGroup{{Name: v1alpha1.GroupName, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v}},
+		})
+	})
+	mux.HandleFunc("/apis/"+gv, func(w http.ResponseWriter, _ *http.Request) {
+		verbs := metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}
+		writeJSON(w, http.StatusOK, metav1.APIResourceList{
+			TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+			GroupVersion: gv,
+			APIResources: []metav1.APIResource{
+				{Name: v1alpha1.ResourceSandboxPools, Kind: v1alpha1.KindSandboxPool, Verbs: verbs},
+				{Name: v1alpha1.ResourceSandboxPoolClasses, Kind: v1alpha1.KindSandboxPoolClass, Verbs: verbs},
+			},
+		})
+	})
+	mux.HandleFunc("/apis/"+gv+"/"+v1alpha1.ResourceSandboxPools, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
+			writeJSON(w, http.StatusBadRequest, metav1.Status{
+				TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status:   metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+				Message: "streaming lists are not served here",
+			})
+		case q.Get("watch") == "true":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		default:
+			list := v1alpha1.SandboxPoolList{
+				TypeMeta: metav1.TypeMeta{Kind: "SandboxPoolList", APIVersion: gv},
+				ListMeta: metav1.ListMeta{ResourceVersion: "7"},
+				Items:    pools,
+			}
+			writeJSON(w, http.StatusOK, list)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		close(stop)
+		srv.Close()
+	})
+	return srv
+}
+
+// freeAddr is a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestRun runs the whole webhook against a fake API server: it turns ready once the
+// certificate is loaded and the inventory has listed the pools, decides with that
+// inventory over TLS, exports its metrics and stops cleanly.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	existing := v1alpha1.SandboxPool{
+		TypeMeta:   metav1.TypeMeta{Kind: v1alpha1.KindSandboxPool, APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version},
+		ObjectMeta: metav1.ObjectMeta{Name: "placeholder-node-a", ResourceVersion: "5"},
+		Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "default"}, NodeName: "node-a"},
+	}
+	api := fakeAPIServer(t, existing)
+	certDir := t.TempDir()
+	newTestCert(t, "webhook").install(t, certDir)
+	opts := DefaultOptions()
+	opts.Addr, opts.HealthAddr, opts.MetricsAddr, opts.CertDir = freeAddr(t), freeAddr(t), freeAddr(t), certDir
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Run(runCtx, &rest.Config{Host: api.URL}, opts, logr.Discard()) }()
+
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url) //nolint:noctx // bounded by the poll's deadline
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var lastReady string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var code int
+		code, lastReady = get("http://" + opts.HealthAddr + ReadyzPath)
+		return code == http.StatusOK, nil
+	})
+	if err != nil {
+		stop()
+		t.Fatalf("never ready: %s (Run: %v)", lastReady, receive(done))
+	}
+	if code, _ := get("http://" + opts.HealthAddr + HealthzPath); code != http.StatusOK {
+		t.Errorf("healthz = %d", code)
+	}
+
+	// A pool of another class for node-a is denied: the inventory came from the list.
+	gpu := existing.DeepCopy()
+	gpu.Spec.ClassRef.Name = "gpu"
+	gpu.Labels = map[string]string{v1alpha1.LabelClass: "gpu", v1alpha1.LabelNode: "node-a"}
+	gpu.Spec.ResourcePolicy.Resources = nil
+	raw, err := json.Marshal(gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = []byte(strings.Replace(string(raw), `"resourcePolicy":{"resources":null}`, `"resourcePolicy":{"resources":{"cpu":"4","memory":"8Gi"}}`, 1))
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: reviewKind},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       "run-test",
+			Kind:      metav1.GroupVersionKind{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Kind: v1alpha1.KindSandboxPool},
+			Resource:  metav1.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Resource: v1alpha1.ResourceSandboxPools},
+			Name:      gpu.Name,
+			Operation: admissionv1.Create,
+			UserInfo:  authenticationv1.UserInfo{Username: policy.DefaultControllerUsername},
+			Object:    runtime.RawExtension{Raw: raw},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
+	resp, err := client.Post("https://"+opts.Addr+ValidatePath, "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rv admissionv1.AdmissionReview
+	err = json.NewDecoder(resp.Body).Decode(&rv)
+	resp.Body.Close()
+	client.CloseIdleConnections()
+	if err != nil || rv.Response == nil {
+		t.Fatalf("decoding the review: %v", err)
+	}
+	if rv.Response.Allowed || rv.Response.Result == nil || rv.Response.Result.Code != http.StatusForbidden ||
+		!strings.Contains(rv.Response.Result.Message, "already belongs to class default") {
+		t.Errorf("response %+v, want a 403 naming class default", rv.Response)
+	}
+
+	if code, metrics := get("http://" + opts.MetricsAddr + MetricsPath); code != http.StatusOK ||
+		!strings.Contains(metrics, MetricDecisions+`{kind="SandboxPool",operation="CREATE",result="denied",subresource=""} 1`) ||
+		!strings.Contains(metrics, MetricDecisionDuration+"_bucket") ||
+		!strings.Contains(metrics, "certwatcher_read_certificate_total") || !strings.Contains(metrics, "go_goroutines") {
+		t.Errorf("metrics = %d:\n%s", code, grepLines(metrics, "sandboxpool_webhook"))
+	}
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run returned %v after cancel, want nil", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func receive(c <-chan error) error {
+	select {
+	case err := <-c:
+		return err
+	default:
+		return nil
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
