@@ -46,3 +46,32 @@ func BenchmarkDefault(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDefaultParallel is BenchmarkDefault for a pool from GOMAXPROCS goroutines at
+// once, as the webhook calls it; compare its ns/op with the serial figure to see how the
+// evaluator pool scales.
+func BenchmarkDefaultParallel(b *testing.B) {
+	s, err := schema.Compiled()
+	if err != nil {
+		b.Fatal(err)
+	}
+	examples, err := corpus.Examples()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var obj []byte
+	for _, o := range examples {
+		if o.Name == "pool-override.yaml" {
+			obj = o.JSON
+		}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.Default(schema.KindSandboxPool, obj); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -9,12 +9,13 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"cuelang.org/go/cue"
-	"cuelang.org/go/cue/build"
 	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/load"
@@ -39,10 +40,19 @@ var Kinds = []Kind{KindSandboxPoolClass, KindSandboxPool}
 // Definition is the CUE path of the kind's definition, e.g. "#SandboxPool".
 func (k Kind) Definition() string { return "#" + string(k) }
 
-// Schema is the compiled CUE schema. It is safe for concurrent use: CUE values are not, so
-// every evaluation holds mu.
+// Schema is the compiled CUE schema. It is safe for concurrent use. CUE values are not, so
+// evaluations run on a pool of independent evaluators (each its own CUE context, built from
+// its own load of the files), at most GOMAXPROCS of them, created on demand.
 type Schema struct {
-	mu   sync.Mutex // guards ctx and every evaluation on values derived from root
+	root cue.Value // first evaluator's package value, for Lookup by single-threaded tools
+	idle chan *evaluator
+
+	mu   sync.Mutex // guards made and serialises the creation of evaluators
+	made int
+}
+
+// evaluator is one compiled copy of the schema; only one goroutine uses it at a time.
+type evaluator struct {
 	ctx  *cue.Context
 	root cue.Value
 	defs map[Kind]cue.Value
@@ -86,6 +96,17 @@ func Files() (map[string][]byte, error) {
 }
 
 func compile() (*Schema, error) {
+	first, err := newEvaluator()
+	if err != nil {
+		return nil, err
+	}
+	s := &Schema{root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1}
+	s.idle <- first
+	return s, nil
+}
+
+// newEvaluator loads and compiles the embedded files into a new CUE context.
+func newEvaluator() (*evaluator, error) {
 	srcs, err := Files()
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded schema: %w", err)
@@ -102,25 +123,44 @@ func compile() (*Schema, error) {
 	if err := insts[0].Err; err != nil {
 		return nil, fmt.Errorf("loading embedded schema: %w", err)
 	}
-	return newSchema(insts[0])
-}
-
-func newSchema(inst *build.Instance) (*Schema, error) {
 	ctx := cuecontext.New()
-	root := ctx.BuildInstance(inst)
+	root := ctx.BuildInstance(insts[0])
 	if err := root.Err(); err != nil {
 		return nil, fmt.Errorf("compiling schema: %w", err)
 	}
-	s := &Schema{ctx: ctx, root: root, defs: map[Kind]cue.Value{}}
+	e := &evaluator{ctx: ctx, root: root, defs: map[Kind]cue.Value{}}
 	for _, k := range Kinds {
 		v := root.LookupPath(cue.ParsePath(k.Definition()))
 		if err := v.Err(); err != nil {
 			return nil, fmt.Errorf("schema has no %s: %w", k.Definition(), err)
 		}
-		s.defs[k] = v
+		e.defs[k] = v
 	}
-	return s, nil
+	return e, nil
 }
+
+// acquire takes an idle evaluator, creates one while fewer than cap(idle) exist, or waits.
+func (s *Schema) acquire() (*evaluator, error) {
+	select {
+	case e := <-s.idle:
+		return e, nil
+	default:
+	}
+	s.mu.Lock()
+	if s.made < cap(s.idle) {
+		defer s.mu.Unlock()
+		e, err := newEvaluator()
+		if err != nil {
+			return nil, err
+		}
+		s.made++
+		return e, nil
+	}
+	s.mu.Unlock()
+	return <-s.idle, nil
+}
+
+func (s *Schema) release(e *evaluator) { s.idle <- e }
 
 // Lookup returns the value at a CUE path of the schema package (e.g. "#Kinds"), for tools
 // that read the schema itself, such as the CRD generator. The caller must not evaluate it
@@ -160,17 +200,19 @@ func (e *ValidationError) Error() string {
 // Default validates a JSON object of the kind against the schema and returns it as JSON
 // with every schema default filled in. A *ValidationError names each broken rule.
 func (s *Schema) Default(kind Kind, obj []byte) ([]byte, error) {
-	def, ok := s.defs[kind]
-	if !ok {
+	if !slices.Contains(Kinds, kind) {
 		return nil, fmt.Errorf("unknown kind %q", kind)
 	}
 	expr, err := cuejson.Extract(string(kind)+".json", obj)
 	if err != nil {
 		return nil, &ValidationError{Kind: kind, Fields: []FieldError{{Msg: "not a JSON object: " + err.Error()}}}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := def.Unify(s.ctx.BuildExpr(expr))
+	e, err := s.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(e)
+	v := e.defs[kind].Unify(e.ctx.BuildExpr(expr))
 	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
 		return nil, toValidationError(kind, err)
 	}
