@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"fmt"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -42,7 +43,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		{name: "pool-status-update-by-node", inventory: 1000, req: statusUpdate},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
-			e := newEngine(b, policy.WithInventory(inventory(bm.inventory)))
+			e := policytest.NewEngine(b, policy.WithInventory(inventory(bm.inventory)))
 			if d, err := e.Evaluate(ctx, bm.req); err != nil || !d.Allowed {
 				b.Fatalf("Evaluate = %+v, %v; want an allow", d, err)
 			}

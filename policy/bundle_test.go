@@ -13,23 +13,8 @@ import (
 
 	"github.com/agentcube/sandboxpool/bundles"
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 )
-
-// writeDir writes files (path -> content) under a new temporary directory.
-func writeDir(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, content := range files {
-		path := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // copyEmbedded writes the embedded bundle, tests included, to a directory.
 func copyEmbedded(t *testing.T) string {
@@ -46,7 +31,7 @@ func copyEmbedded(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return writeDir(t, files)
+	return policytest.WriteDir(t, files)
 }
 
 func assertNoTests(t *testing.T, b *bundle.Bundle) {
@@ -64,7 +49,7 @@ func assertNoTests(t *testing.T, b *bundle.Bundle) {
 // assertDenies checks that an engine on b denies a status write by another node.
 func assertDenies(t *testing.T, b *bundle.Bundle) {
 	t.Helper()
-	e := newEngine(t, policy.WithBundle(b))
+	e := policytest.NewEngine(t, policy.WithBundle(b))
 	d, err := e.Evaluate(context.Background(), updateStatus(t, kubelet("node-a"), withStatus("node-b"), withStatus("node-b")))
 	if err != nil {
 		t.Fatalf("Evaluate: %v", err)
@@ -117,7 +102,7 @@ func TestLoadBundleTarball(t *testing.T) {
 
 // TestPolicyUpdateWithoutRebuild loads a bundle an operator changed on disk.
 func TestPolicyUpdateWithoutRebuild(t *testing.T) {
-	dir := writeDir(t, map[string]string{
+	dir := policytest.WriteDir(t, map[string]string{
 		".manifest": `{"roots": ["sandboxpool"], "rego_version": 1}`,
 		"sandboxpool/admission/main.rego": `package sandboxpool.admission
 
@@ -128,7 +113,7 @@ deny contains {"field": "metadata.name", "msg": "metadata.name: frozen by the op
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, policy.WithBundle(b))
+	e := policytest.NewEngine(t, policy.WithBundle(b))
 	d, err := e.Evaluate(context.Background(), createClass(t, newClass()))
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +131,7 @@ func TestLoadBundleErrors(t *testing.T) {
 	for name, path := range map[string]string{
 		"missing":       filepath.Join(t.TempDir(), "nope"),
 		"not a tarball": notATarball,
-		"syntax error": writeDir(t, map[string]string{
+		"syntax error": policytest.WriteDir(t, map[string]string{
 			".manifest":            `{"roots": ["sandboxpool"], "rego_version": 1}`,
 			"sandboxpool/bad.rego": "package sandboxpool.admission\n\ndeny contains x if {",
 		}),
@@ -162,7 +147,7 @@ func TestLoadBundleErrors(t *testing.T) {
 // policyBundle loads a one-file bundle with the given manifest and admission policy.
 func policyBundle(t *testing.T, manifest, rego string) *bundle.Bundle {
 	t.Helper()
-	b, err := policy.LoadBundle(writeDir(t, map[string]string{
+	b, err := policy.LoadBundle(policytest.WriteDir(t, map[string]string{
 		".manifest":                       manifest,
 		"sandboxpool/admission/main.rego": rego,
 	}))
@@ -221,7 +206,7 @@ deny contains {"field": "spec"}
 `, want: policy.ErrIllTyped},
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := newEngine(t, policy.WithBundle(policyBundle(t, manifest, tt.rego)))
+			e := policytest.NewEngine(t, policy.WithBundle(policyBundle(t, manifest, tt.rego)))
 			d, err := e.Evaluate(context.Background(), createClass(t, newClass()))
 			if err == nil {
 				t.Fatalf("Evaluate = %+v, want an error", d)

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ func TestCorpus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t)
+	e := policytest.NewEngine(t)
 	seen := 0
 	for _, obj := range objs {
 		t.Run(obj.Name, func(t *testing.T) {

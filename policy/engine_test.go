@@ -12,17 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
-
-func newEngine(t testing.TB, opts ...policy.Option) *policy.Engine {
-	t.Helper()
-	e, err := policy.New(context.Background(), opts...)
-	if err != nil {
-		t.Fatalf("policy.New: %v", err)
-	}
-	return e
-}
 
 func fields(d policy.Decision) []string {
 	out := make([]string, len(d.Violations))
@@ -34,7 +26,7 @@ func fields(d policy.Decision) []string {
 
 func TestEvaluate(t *testing.T) {
 	ctx := context.Background()
-	e := newEngine(t, policy.WithInventory(map[string]policy.PoolRef{
+	e := policytest.NewEngine(t, policy.WithInventory(map[string]policy.PoolRef{
 		poolName("node-g"): {Class: "gold", NodeName: "node-g"},
 	}))
 
@@ -163,7 +155,7 @@ func TestEvaluate(t *testing.T) {
 // TestInventory checks that inventory updates reach the policy.
 func TestInventory(t *testing.T) {
 	ctx := context.Background()
-	e := newEngine(t)
+	e := policytest.NewEngine(t)
 	silver := createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) { p.Spec.ClassRef.Name = "silver" }))
 	allowed := func(want bool) {
 		t.Helper()
@@ -223,7 +215,7 @@ func TestInventory(t *testing.T) {
 // from the config.
 func TestConfig(t *testing.T) {
 	ctx := context.Background()
-	e := newEngine(t)
+	e := policytest.NewEngine(t)
 	bySA := updateStatus(t, agentServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b"))
 	byGroup := updateStatus(t, admin, withStatus("node-b"), withStatus("node-b"))
 	check := func(req *admissionv1.AdmissionRequest, want bool) {
@@ -258,7 +250,7 @@ func TestConfig(t *testing.T) {
 
 // TestSortedViolations checks that violations come sorted by field, then message.
 func TestSortedViolations(t *testing.T) {
-	e := newEngine(t)
+	e := policytest.NewEngine(t)
 	req := createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
 		c.Spec.ResourcePolicy.Resources = nil
 		c.Spec.PlaceholderPod.RuntimeClassName = "Bad"
@@ -279,7 +271,7 @@ func TestSortedViolations(t *testing.T) {
 
 func TestEvaluateErrors(t *testing.T) {
 	ctx := context.Background()
-	e := newEngine(t)
+	e := policytest.NewEngine(t)
 	if _, err := e.Evaluate(ctx, nil); err == nil {
 		t.Error("Evaluate(nil) returned no error")
 	}
@@ -293,7 +285,7 @@ func TestEvaluateErrors(t *testing.T) {
 // TestConcurrentUse evaluates while the inventory changes (run with -race).
 func TestConcurrentUse(t *testing.T) {
 	ctx := context.Background()
-	e := newEngine(t)
+	e := policytest.NewEngine(t)
 	req := createPool(t, newPool("node-a"))
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

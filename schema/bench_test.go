@@ -14,27 +14,14 @@ func BenchmarkDefault(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	golden, err := corpus.Golden()
-	if err != nil {
-		b.Fatal(err)
-	}
-	examples, err := corpus.Examples()
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, tc := range []struct{ name, file string }{
 		{"SandboxPool", "pool-override.yaml"},
 		{"SandboxPoolWithStatus", "pool-full-status.yaml"},
 		{"SandboxPoolClass", "class-default.yaml"},
 	} {
-		var obj *corpus.Object
-		for _, o := range append(examples, golden...) {
-			if o.Name == tc.file {
-				obj = &o
-			}
-		}
-		if obj == nil {
-			b.Fatalf("%s not in corpus", tc.file)
+		obj, err := corpus.Find(tc.file)
+		if err != nil {
+			b.Fatal(err)
 		}
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -55,16 +42,11 @@ func BenchmarkDefaultParallel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	examples, err := corpus.Examples()
+	pool, err := corpus.Find("pool-override.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var obj []byte
-	for _, o := range examples {
-		if o.Name == "pool-override.yaml" {
-			obj = o.JSON
-		}
-	}
+	obj := pool.JSON
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

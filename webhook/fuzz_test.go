@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -74,7 +75,7 @@ func FuzzHandler(f *testing.F) {
 		f.Add(s)
 	}
 	s := schema.MustCompiled()
-	h := newHandler(f, webhook.NewValidator(s, newEngine(f)), prometheus.NewRegistry())
+	h := newHandler(f, webhook.NewValidator(s, policytest.NewEngine(f)), prometheus.NewRegistry())
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r := httptest.NewRequest(http.MethodPost, webhook.ValidatePath, bytes.NewReader(body))

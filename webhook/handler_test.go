@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -181,7 +182,7 @@ func TestHandlerDecisions(t *testing.T) {
 // allows nothing, and the error is counted.
 func TestHandlerPolicyError(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	h := newHandler(t, newValidator(t, testBundle(t, erroringPolicy)), reg)
+	h := newHandler(t, newValidator(t, policytest.Bundle(t, erroringPolicy)), reg)
 	srv := httptest.NewTLSServer(h)
 	defer srv.Close()
 

@@ -1,10 +1,8 @@
 package webhook_test
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -92,18 +90,9 @@ func review(t testing.TB, req *admissionv1.AdmissionRequest) []byte {
 	return b
 }
 
-func newEngine(t testing.TB, opts ...policy.Option) *policy.Engine {
-	t.Helper()
-	e, err := policy.New(context.Background(), opts...)
-	if err != nil {
-		t.Fatalf("policy.New: %v", err)
-	}
-	return e
-}
-
 func newValidator(t testing.TB, opts ...policy.Option) *webhook.Validator {
 	t.Helper()
-	return webhook.NewValidator(schema.MustCompiled(), newEngine(t, opts...))
+	return webhook.NewValidator(schema.MustCompiled(), policytest.NewEngine(t, opts...))
 }
 
 func newHandler(t testing.TB, v *webhook.Validator, reg prometheus.Registerer) *webhook.Handler {
@@ -113,30 +102,6 @@ func newHandler(t testing.TB, v *webhook.Validator, reg prometheus.Registerer) *
 		t.Fatalf("NewHandler: %v", err)
 	}
 	return h
-}
-
-// testBundle loads a one-file bundle whose admission policy is rego.
-func testBundle(t testing.TB, rego string) policy.Option {
-	t.Helper()
-	dir := t.TempDir()
-	files := map[string]string{
-		".manifest":                       `{"roots": ["sandboxpool"], "rego_version": 1}`,
-		"sandboxpool/admission/main.rego": rego,
-	}
-	for name, content := range files {
-		path := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := policy.LoadBundle(dir)
-	if err != nil {
-		t.Fatalf("LoadBundle: %v", err)
-	}
-	return policy.WithBundle(b)
 }
 
 // erroringPolicy fails at evaluation time: value is a complete rule with two conflicting

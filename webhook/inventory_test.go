@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestInventoryInformer(t *testing.T) {
 	}
 	informer := toolscache.NewSharedIndexInformerWithOptions(listWatchOnly{lw}, &v1alpha1.SandboxPool{}, toolscache.SharedIndexInformerOptions{})
 
-	engine := newEngine(t)
+	engine := policytest.NewEngine(t)
 	v := webhook.NewValidator(schema.MustCompiled(), engine)
 	inv := webhook.NewInventory(engine, logr.Discard())
 	if inv.HasSynced() {
@@ -99,7 +100,7 @@ type listWatchOnly struct{ *toolscache.ListWatch }
 func (listWatchOnly) IsWatchListSemanticsUnSupported() bool { return true }
 
 func TestInventoryTombstone(t *testing.T) {
-	engine := newEngine(t)
+	engine := policytest.NewEngine(t)
 	v := webhook.NewValidator(schema.MustCompiled(), engine)
 	inv := webhook.NewInventory(engine, logr.Discard())
 

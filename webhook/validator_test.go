@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"strings"
 	"testing"
 
@@ -107,7 +108,7 @@ func TestValidatorDecisions(t *testing.T) {
 // TestValidatorDefaultsReachPolicy checks that the policy sees the object with the
 // schema's defaults.
 func TestValidatorDefaultsReachPolicy(t *testing.T) {
-	v := newValidator(t, testBundle(t, `package sandboxpool.admission
+	v := newValidator(t, policytest.Bundle(t, `package sandboxpool.admission
 
 deny contains {"field": "spec.placeholderPod.runtimeClassName", "msg": "object not defaulted"} if {
 	input.request.object.spec.placeholderPod.runtimeClassName != "placeholder"
@@ -177,7 +178,7 @@ func TestValidatorErrors(t *testing.T) {
 	}
 
 	t.Run("policy error", func(t *testing.T) {
-		d, err := newValidator(t, testBundle(t, erroringPolicy)).Validate(context.Background(), createPool(poolJSON))
+		d, err := newValidator(t, policytest.Bundle(t, erroringPolicy)).Validate(context.Background(), createPool(poolJSON))
 		if err == nil || d.Allowed {
 			t.Errorf("Validate = %+v, %v; want an error and no allow", d, err)
 		}

@@ -60,6 +60,33 @@ func Examples() ([]Object, error) {
 	return readDir(os.DirFS(root), "examples")
 }
 
+// Valid returns every valid object: the examples, then the golden objects.
+func Valid() ([]Object, error) {
+	ex, err := Examples()
+	if err != nil {
+		return nil, err
+	}
+	golden, err := Golden()
+	if err != nil {
+		return nil, err
+	}
+	return append(ex, golden...), nil
+}
+
+// Find returns the valid object (example or golden) with the file name.
+func Find(name string) (Object, error) {
+	objs, err := Valid()
+	if err != nil {
+		return Object{}, err
+	}
+	for _, o := range objs {
+		if o.Name == name {
+			return o, nil
+		}
+	}
+	return Object{}, fmt.Errorf("no example or golden object %s", name)
+}
+
 // RepoRoot is the repository root, found from this source file (tests run in a checkout).
 func RepoRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)

@@ -1,0 +1,41 @@
+// Package naming derives the deterministic names the operator gives to the objects it
+// creates. The name of a node's pool is what makes "one pool per node" atomic: a second
+// create of the same name fails with AlreadyExists (SPEC §2).
+//
+// The rule itself lives in the CUE schema (#PoolName in schema/sandboxpool.cue); this
+// package restates it in Go for the hot path, and its tests prove the two agree.
+package naming
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+const (
+	// PoolNamePrefix starts the name of every SandboxPool.
+	PoolNamePrefix = "placeholder-"
+
+	// MaxUnhashedNodeNameLength is the longest node name used verbatim in a pool name:
+	// len(PoolNamePrefix) + 241 = 253, the longest DNS subdomain.
+	MaxUnhashedNodeNameLength = 241
+
+	// hashedNodeNamePrefixLength is how much of a longer node name is kept before the hash.
+	hashedNodeNamePrefixLength = 232
+	// hashSuffixLength is how many hex characters of SHA-256(nodeName) end a hashed name.
+	hashSuffixLength = 8
+)
+
+// PoolName returns the name of the SandboxPool of the node nodeName: "placeholder-" +
+// nodeName, or, when nodeName is longer than 241 characters, "placeholder-" + its first 232
+// characters + "-" + the first 8 hex characters of SHA-256(nodeName). The result is at most
+// 253 characters and depends on nodeName only.
+//
+// Node names are DNS subdomains (ASCII), so characters and bytes are the same here.
+func PoolName(nodeName string) string {
+	if len(nodeName) <= MaxUnhashedNodeNameLength {
+		return PoolNamePrefix + nodeName
+	}
+	sum := sha256.Sum256([]byte(nodeName))
+	return PoolNamePrefix + nodeName[:hashedNodeNamePrefixLength] + "-" +
+		hex.EncodeToString(sum[:])[:hashSuffixLength]
+}
