@@ -20,6 +20,7 @@ CLI_TOOLS    := $(TOOLS_DIR)/cli-cue$(CUE_VERSION:v%=%)-k8s$(STAGING_VERSION:v%=
 
 KUBE_APISERVER := $(CONTROLPLANE)/kube-apiserver
 KUBECTL        := $(CONTROLPLANE)/kubectl
+KUBELET        := $(CONTROLPLANE)/kubelet
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
@@ -115,6 +116,15 @@ $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $(CONTROLPLANE)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 	@touch $(KUBE_APISERVER) $(KUBECTL)
+
+.PHONY: kubelet
+kubelet: $(KUBELET) ## Build kubelet (for the end-to-end stack; not needed by make test yet).
+
+$(KUBELET): hack/kube/go.mod hack/kube/go.sum
+	@echo ">> building kubelet $(KUBE_VERSION)"
+	@mkdir -p $(CONTROLPLANE)
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
+	@touch $@
 
 $(ETCD): hack/etcd/go.mod hack/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION)"
