@@ -32,7 +32,15 @@ const (
 	AnnotationSkipCgroup = LabelSkipCgroup
 	// AnnotationManifestHash is the SHA-256 of the rendered static pod manifest.
 	AnnotationManifestHash = LabelPrefix + "manifest-hash"
+	// AnnotationEverReady on a pool is set by the controller the first time the pool is
+	// Ready and never removed: the sticky EverReady of the phase table (SPEC §3.4), kept in
+	// metadata because the controller owns only phase and two conditions in status.
+	AnnotationEverReady = LabelPrefix + "ever-ready"
 )
+
+// Lease liveness (SPEC §3.4): each agent renews a coordination.k8s.io Lease named after its
+// pool, in a namespace of the operator's choosing (Leases are namespaced).
+const DefaultLeaseNamespace = "sandbox-pool-system"
 
 // Server-side apply field managers: the two writers of SandboxPool status (SPEC §4).
 const (

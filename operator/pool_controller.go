@@ -1,0 +1,237 @@
+// Package operator is the SandboxPool controller (SPEC §3.4): the class fan-out and the
+// per-pool phase aggregation, run by a controller-runtime manager (cmd/sandboxpool-controller).
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/agentcube/sandboxpool/operator/naming"
+	"github.com/agentcube/sandboxpool/operator/phase"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Reasons of the controller's conditions.
+const (
+	ReasonNodeExists    = "NodeExists"
+	ReasonNodeMissing   = "NodeNotFound"
+	ReasonLeaseRenewed  = "LeaseRenewed"
+	ReasonLeaseExpired  = "LeaseExpired"
+	ReasonLeaseNotFound = "LeaseNotFound"
+)
+
+// Defaults of the controller's flags.
+const (
+	DefaultLeaseTTL = 40 * time.Second
+)
+
+// PoolReconciler computes a pool's phase and owns its NodeNotFound and
+// PlaceholderAgentHealthy conditions. It writes, with server-side apply as
+// sandboxpool-controller, only when the phase or one of its conditions changes, and
+// requeues at the moments the phase would change with time alone: the agent's Lease
+// expiry and the node-ctl Unready boundary.
+type PoolReconciler struct {
+	Client              client.Client
+	Clock               clock.PassiveClock
+	LeaseNamespace      string
+	LeaseTTL            time.Duration
+	NodeCtlUnreadyAfter time.Duration
+}
+
+// SetupWithManager registers the reconciler: pools, the Leases in LeaseNamespace (by name),
+// and the creation and deletion of Nodes (node updates, mostly heartbeats, are ignored).
+func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLease := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if o.GetNamespace() != r.LeaseNamespace {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+	})
+	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: naming.PoolName(o.GetName())}}}
+	})
+	nodeExistence := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sandboxpool").
+		For(&v1alpha1.SandboxPool{}).
+		Watches(&coordinationv1.Lease{}, byLease).
+		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeExistence)).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pool v1alpha1.SandboxPool
+	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := logf.FromContext(ctx).WithValues("pool", pool.Name, "node", pool.Spec.NodeName)
+	now := r.Clock.Now()
+
+	nodeCond, err := r.nodeCondition(ctx, &pool)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	agentCond, leaseExpiresIn, err := r.agentCondition(ctx, &pool, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	conds := append([]metav1.Condition(nil), pool.Status.Conditions...)
+	meta.SetStatusCondition(&conds, nodeCond)
+	meta.SetStatusCondition(&conds, agentCond)
+
+	var downSince *metav1.Time
+	if pool.Status.NodeCtl != nil {
+		downSince = pool.Status.NodeCtl.DownSince
+	}
+	everReady := pool.Annotations[v1alpha1.AnnotationEverReady] == "true"
+	res := phase.Compute(phase.Input{
+		Conditions: conds, NodeCtlDownSince: downSince, EverReady: everReady,
+		Now: now, NodeCtlUnreadyAfter: r.NodeCtlUnreadyAfter,
+	})
+
+	if res.EverReady && !everReady {
+		if err := r.markEverReady(ctx, &pool); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if statusChanged(&pool, res.Phase, conds) {
+		log.V(1).Info("phase", "phase", res.Phase, "rule", res.Rule, "reason", res.Reason)
+		if err := r.applyStatus(ctx, &pool, res.Phase, conds); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: soonest(res.RequeueAfter, leaseExpiresIn)}, nil
+}
+
+func (r *PoolReconciler) nodeCondition(ctx context.Context, pool *v1alpha1.SandboxPool) (metav1.Condition, error) {
+	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound, ObservedGeneration: pool.Generation}
+	var node corev1.Node
+	err := r.Client.Get(ctx, types.NamespacedName{Name: pool.Spec.NodeName}, &node)
+	switch {
+	case apierrors.IsNotFound(err):
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonNodeMissing, fmt.Sprintf("node %s does not exist", pool.Spec.NodeName)
+	case err != nil:
+		return c, fmt.Errorf("getting node %s: %w", pool.Spec.NodeName, err)
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNodeExists, fmt.Sprintf("node %s exists", pool.Spec.NodeName)
+	}
+	return c, nil
+}
+
+// agentCondition reads the agent's Lease. Messages carry no changing timestamps, so a
+// renewal alone never causes a write. leaseExpiresIn > 0 while the lease is fresh.
+func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.SandboxPool, now time.Time) (metav1.Condition, time.Duration, error) {
+	c := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy, ObservedGeneration: pool.Generation}
+	var lease coordinationv1.Lease
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.LeaseNamespace, Name: pool.Name}, &lease)
+	if apierrors.IsNotFound(err) {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseNotFound
+		c.Message = fmt.Sprintf("no lease %s/%s: the placeholder agent has not reported", r.LeaseNamespace, pool.Name)
+		return c, 0, nil
+	}
+	if err != nil {
+		return c, 0, fmt.Errorf("getting lease %s/%s: %w", r.LeaseNamespace, pool.Name, err)
+	}
+	var renewed time.Time
+	switch {
+	case lease.Spec.RenewTime != nil:
+		renewed = lease.Spec.RenewTime.Time
+	case lease.Spec.AcquireTime != nil:
+		renewed = lease.Spec.AcquireTime.Time
+	}
+	if left := renewed.Add(r.LeaseTTL).Sub(now); left > 0 {
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonLeaseRenewed
+		c.Message = fmt.Sprintf("lease renewed within the last %s", r.LeaseTTL)
+		return c, left, nil
+	}
+	c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseExpired
+	c.Message = fmt.Sprintf("lease not renewed since %s (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
+	return c, 0, nil
+}
+
+// statusChanged reports whether the phase or one of the controller's conditions differs
+// from what the pool shows (LastTransitionTime is kept by SetStatusCondition when the
+// status did not change, so it is not compared).
+func statusChanged(pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) bool {
+	if pool.Status.Phase != p {
+		return true
+	}
+	for _, t := range v1alpha1.ControllerConditions {
+		want, have := meta.FindStatusCondition(conds, t), meta.FindStatusCondition(pool.Status.Conditions, t)
+		if have == nil || want.Status != have.Status || want.Reason != have.Reason ||
+			want.Message != have.Message || want.ObservedGeneration != have.ObservedGeneration {
+			return true
+		}
+	}
+	return false
+}
+
+// applyStatus server-side applies exactly the controller's fields. It never forces: a
+// conflict is an error and the next reconcile retries (SPEC §4).
+func (r *PoolReconciler) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) error {
+	var mine []metav1.Condition
+	for _, t := range v1alpha1.ControllerConditions {
+		mine = append(mine, *meta.FindStatusCondition(conds, t))
+	}
+	patch, err := json.Marshal(map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
+		"kind":       v1alpha1.KindSandboxPool,
+		"metadata":   map[string]any{"name": pool.Name},
+		"status":     map[string]any{"phase": p, "conditions": mine},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Status().Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
+		client.FieldOwner(v1alpha1.FieldManagerController)); err != nil {
+		return fmt.Errorf("applying status of %s: %w", pool.Name, err)
+	}
+	return nil
+}
+
+// markEverReady records, once, that the pool has been Ready.
+func (r *PoolReconciler) markEverReady(ctx context.Context, pool *v1alpha1.SandboxPool) error {
+	patch, err := json.Marshal(map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
+		"kind":       v1alpha1.KindSandboxPool,
+		"metadata": map[string]any{"name": pool.Name,
+			"annotations": map[string]string{v1alpha1.AnnotationEverReady: "true"}},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
+		client.FieldOwner(v1alpha1.FieldManagerController)); err != nil {
+		return fmt.Errorf("marking %s ever ready: %w", pool.Name, err)
+	}
+	return nil
+}
+
+// soonest is the smallest positive duration, or 0.
+func soonest(ds ...time.Duration) time.Duration {
+	var min time.Duration
+	for _, d := range ds {
+		if d > 0 && (min == 0 || d < min) {
+			min = d
+		}
+	}
+	return min
+}

@@ -1,0 +1,207 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/operator/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+func newPool(node string) *v1alpha1.SandboxPool {
+	return &v1alpha1.SandboxPool{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(node)},
+		Spec: v1alpha1.SandboxPoolSpec{
+			ClassRef: v1alpha1.ClassRef{Name: "c1"}, NodeName: node,
+			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
+			}},
+		},
+	}
+}
+
+// agentReports applies the agent's conditions as the agent's field manager.
+func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
+	t.Helper()
+	cond := func(typ string, s metav1.ConditionStatus) map[string]any {
+		return map[string]any{"type": typ, "status": s, "reason": "Test", "message": "test",
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}
+	}
+	patch, _ := json.Marshal(map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.KindSandboxPool,
+		"metadata": map[string]any{"name": pool},
+		"status": map[string]any{"conditions": []any{
+			cond(v1alpha1.ConditionPlaceholderPodReady, podReady),
+			cond(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
+			cond(v1alpha1.ConditionResourceSynced, metav1.ConditionTrue),
+		}},
+	})
+	p := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
+	if err := admin.Status().Patch(context.Background(), p, client.RawPatch(types.ApplyPatchType, patch),
+		client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
+		t.Fatalf("agent status: %v", err)
+	}
+}
+
+func renewLease(t *testing.T, pool string) {
+	t.Helper()
+	ctx := context.Background()
+	now := metav1.NewMicroTime(time.Now())
+	var l coordinationv1.Lease
+	err := admin.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: pool}, &l)
+	if err != nil {
+		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: pool},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
+		if err := admin.Create(ctx, &l); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	l.Spec.RenewTime = &now
+	if err := admin.Update(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls the pool until cond holds or the deadline passes.
+func waitFor(t *testing.T, name, what string, within time.Duration, cond func(*v1alpha1.SandboxPool) bool) *v1alpha1.SandboxPool {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var p v1alpha1.SandboxPool
+	for {
+		if err := admin.Get(context.Background(), types.NamespacedName{Name: name}, &p); err == nil && cond(&p) {
+			return &p
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(p.Status, "", "  ")
+			t.Fatalf("%s: not within %s; status:\n%s", what, within, b)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+func phaseIs(ph v1alpha1.SandboxPoolPhase, condType string, status metav1.ConditionStatus, reason string) func(*v1alpha1.SandboxPool) bool {
+	return func(p *v1alpha1.SandboxPool) bool {
+		c := meta.FindStatusCondition(p.Status.Conditions, condType)
+		return p.Status.Phase == ph && c != nil && c.Status == status && c.Reason == reason
+	}
+}
+
+// reconciles is the controller's count of reconciles that did not fail (success, requeue,
+// requeue_after), from its own metrics.
+func reconciles(t *testing.T) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		var total float64
+		for _, m := range f.GetMetric() {
+			var ctrlOK, failed bool
+			for _, l := range m.GetLabel() {
+				ctrlOK = ctrlOK || (l.GetName() == "controller" && l.GetValue() == "sandboxpool")
+				failed = failed || (l.GetName() == "result" && l.GetValue() == "error")
+			}
+			if ctrlOK && !failed {
+				total += m.GetCounter().GetValue()
+			}
+		}
+		return total
+	}
+	return 0
+}
+
+// TestPoolPhaseLifecycle walks one pool through the phase table on a real API server:
+// node missing, agent not yet reporting, Ready, quiet renewals, lease expiry without any
+// new event, pod loss after Ready, node deletion.
+func TestPoolPhaseLifecycle(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	const node = "op-node-1"
+	name := naming.PoolName(node)
+	if err := admin.Create(ctx, newPool(node)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
+
+	waitFor(t, name, "no node → Unready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, "NodeNotFound"))
+
+	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitFor(t, name, "node, no lease → Pending", 10*time.Second,
+		phaseIs(v1alpha1.PhasePending, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseNotFound"))
+	if p.Annotations[v1alpha1.AnnotationEverReady] != "" {
+		t.Errorf("ever-ready set before Ready")
+	}
+
+	renewLease(t, name)
+	agentReports(t, name, metav1.ConditionTrue)
+	p = waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+	p = waitFor(t, name, "ever-ready recorded", 10*time.Second, func(p *v1alpha1.SandboxPool) bool {
+		return p.Annotations[v1alpha1.AnnotationEverReady] == "true"
+	})
+
+	// At rest, lease renewals are reconciled but write nothing: after each renewal has been
+	// reconciled, while the lease is certainly still fresh, the pool is unchanged.
+	rv := p.ResourceVersion
+	for i := range 3 {
+		before := reconciles(t)
+		renewed := time.Now()
+		renewLease(t, name)
+		deadline := time.Now().Add(leaseTTL / 2)
+		for reconciles(t) <= before {
+			if time.Now().After(deadline) {
+				t.Fatalf("renewal %d not reconciled within %s", i, leaseTTL/2)
+			}
+			time.Sleep(10 * time.Millisecond) // poll interval, bounded by the deadline
+		}
+		var now v1alpha1.SandboxPool
+		if err := admin.Get(ctx, types.NamespacedName{Name: name}, &now); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(renewed) < leaseTTL && now.ResourceVersion != rv {
+			b, _ := json.MarshalIndent(now.Status, "", " ")
+			t.Fatalf("renewal %d wrote the pool: resourceVersion %s → %s\n%s", i, rv, now.ResourceVersion, b)
+		}
+	}
+
+	// The agent stops renewing: the phase drops at lease expiry with no other event.
+	waitFor(t, name, "lease expired, pod ready → Degraded", leaseTTL+10*time.Second,
+		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
+
+	// The pod goes away after the pool had been Ready: Unready, not Pending.
+	agentReports(t, name, metav1.ConditionFalse)
+	waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
+
+	if err := admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	p = waitFor(t, name, "node deleted → NodeNotFound", 10*time.Second,
+		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, "NodeNotFound"))
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionNodeNotFound); !strings.Contains(c.Message, node) {
+		t.Errorf("message does not name the node: %q", c.Message)
+	}
+	// The agent's own conditions were never touched by the controller.
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionResourceSynced); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("agent condition lost: %+v", c)
+	}
+}
