@@ -61,7 +61,8 @@ verify: generate ## Regenerate and fail on any drift; check formatting, vet and 
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@for m in cuelang.org/go github.com/open-policy-agent/opa; do \
-		lib=$$(awk -v m=$$m '$$1==m{print $$2}' go.mod); cli=$$(awk -v m=$$m '$$1==m{print $$2}' hack/tools/go.mod); \
+		lib=$$(awk -v m=$$m '$$1==m && $$2 ~ /^v/ {print $$2}' go.mod); \
+		cli=$$(awk -v m=$$m '$$1==m && $$2 ~ /^v/ {print $$2}' hack/tools/go.mod); \
 		if [ "$$lib" != "$$cli" ]; then echo "$$m: CLI $$cli (hack/tools/go.mod) and library $$lib (go.mod) differ"; exit 1; fi; done
 
 .PHONY: cue-vet
