@@ -63,7 +63,7 @@ func setUp(ctx context.Context) error {
 		NodeSAPrefix:        agentSAPrefix,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- webhook.Run(ctx, cp.Config, opts, zap.New(zap.UseDevMode(true))) }()
+	go func() { errc <- webhook.Run(ctx, cp.Config, opts, zap.New(zap.UseDevMode(false))) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
