@@ -21,32 +21,19 @@ import (
 )
 
 var (
+	suite      framework.Suite
 	cp         *framework.ControlPlane
-	startErr   error
 	healthAddr string
 )
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithCancel(context.Background())
-	if framework.Unavailable() == "" {
-		cp, startErr = framework.Start(framework.WithWebhooks(filepath.Join("deploy", "webhook")))
-		if startErr == nil {
-			startErr = setUp(ctx)
-		}
-	}
-	code := m.Run()
-	cancel()
-	if cp != nil {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
-		}
-	}
-	os.Exit(code)
+	os.Exit(framework.Run(m, &suite, setUp, framework.WithWebhooks(filepath.Join("deploy", "webhook"))))
 }
 
 // setUp applies the RBAC of deploy/rbac and starts the webhook where the API server
 // expects it, then waits until it is ready (certificate loaded, inventory synced).
-func setUp(ctx context.Context) error {
+func setUp(ctx context.Context, c *framework.ControlPlane) error {
+	cp = c
 	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
 		return fmt.Errorf("applying deploy/rbac: %w: %s", err, stderr)
 	}
@@ -93,6 +80,5 @@ func freeAddr() string {
 
 func requireCluster(t testing.TB) *framework.ControlPlane {
 	t.Helper()
-	framework.Require(t, cp, startErr)
-	return cp
+	return suite.Require(t)
 }

@@ -171,3 +171,38 @@ func (c *ControlPlane) Stop() error {
 	}
 	return c.Env.Stop()
 }
+
+// Suite is a test package's control plane, started once by Run.
+type Suite struct {
+	CP  *ControlPlane
+	Err error // why starting or setting up failed
+}
+
+// Require returns the running control plane, skipping or failing t like the package
+// function Require.
+func (s *Suite) Require(t testing.TB) *ControlPlane {
+	t.Helper()
+	Require(t, s.CP, s.Err)
+	return s.CP
+}
+
+// Run is a test package's TestMain body: it starts the control plane when the tools are
+// there, runs setUp (with a context cancelled after the tests), runs the tests and stops
+// everything. It returns the exit code for os.Exit.
+func Run(m *testing.M, s *Suite, setUp func(context.Context, *ControlPlane) error, opts ...Option) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	if Unavailable() == "" {
+		s.CP, s.Err = Start(opts...)
+		if s.Err == nil && setUp != nil {
+			s.Err = setUp(ctx, s.CP)
+		}
+	}
+	code := m.Run()
+	cancel()
+	if s.CP != nil {
+		if err := s.CP.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}
+	return code
+}

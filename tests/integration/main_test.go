@@ -3,33 +3,26 @@
 package integration
 
 import (
-	"fmt"
+	"context"
 	"os"
 	"testing"
 
 	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
-var (
-	cp       *framework.ControlPlane
-	startErr error
-)
+var suite framework.Suite
+
+// cp is the running control plane (nil when unavailable; tests call requireCluster first).
+var cp *framework.ControlPlane
 
 func TestMain(m *testing.M) {
-	if framework.Unavailable() == "" {
-		cp, startErr = framework.Start()
-	}
-	code := m.Run()
-	if cp != nil {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
-		}
-	}
-	os.Exit(code)
+	os.Exit(framework.Run(m, &suite, func(_ context.Context, c *framework.ControlPlane) error {
+		cp = c
+		return nil
+	}))
 }
 
 func requireCluster(t *testing.T) *framework.ControlPlane {
 	t.Helper()
-	framework.Require(t, cp, startErr)
-	return cp
+	return suite.Require(t)
 }

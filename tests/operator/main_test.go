@@ -34,31 +34,16 @@ const (
 )
 
 var (
-	cp       *framework.ControlPlane
-	startErr error
-	scheme   = runtime.NewScheme()
-	admin    client.Client
+	suite  framework.Suite
+	scheme = runtime.NewScheme()
+	admin  client.Client
 )
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithCancel(context.Background())
-	if framework.Unavailable() == "" {
-		cp, startErr = framework.Start()
-		if startErr == nil {
-			startErr = setUp(ctx)
-		}
-	}
-	code := m.Run()
-	cancel()
-	if cp != nil {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
-		}
-	}
-	os.Exit(code)
+	os.Exit(framework.Run(m, &suite, setUp))
 }
 
-func setUp(ctx context.Context) error {
+func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return err
@@ -107,5 +92,5 @@ func setUp(ctx context.Context) error {
 
 func requireCluster(t testing.TB) {
 	t.Helper()
-	framework.Require(t, cp, startErr)
+	suite.Require(t)
 }
