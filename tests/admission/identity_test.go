@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -83,11 +84,8 @@ spec:
 }
 
 func applyStatus(c dynamic.Interface, pool, manager string, status map[string]any, force bool) error {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.KindSandboxPool,
-		"metadata": map[string]any{"name": pool}, "status": status,
-	}}
-	_, err := c.Resource(poolsGVR).ApplyStatus(context.Background(), pool, u, metav1.ApplyOptions{FieldManager: manager, Force: force})
+	_, err := c.Resource(poolsGVR).ApplyStatus(context.Background(), pool, framework.PoolStatus(pool, status),
+		metav1.ApplyOptions{FieldManager: manager, Force: force})
 	return err
 }
 
@@ -96,10 +94,7 @@ func mergeStatus(c dynamic.Interface, pool, patch string) error {
 	return err
 }
 
-func cond(typ, status string) map[string]any {
-	return map[string]any{"type": typ, "status": status, "reason": "Test", "message": "test",
-		"lastTransitionTime": "2026-11-29T10:00:00Z"}
-}
+func cond(typ, status string) map[string]any { return framework.Condition(typ, status, "Test") }
 
 func agentStatus() map[string]any {
 	return map[string]any{

@@ -6,24 +6,11 @@ import (
 	"testing"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
-
-func statusApply(name string, status map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata":   map[string]any{"name": name},
-		"status":     status,
-	}}
-}
-
-func cond(typ, status, reason string) map[string]any {
-	return map[string]any{"type": typ, "status": status, "reason": reason, "message": reason,
-		"lastTransitionTime": "2026-11-29T10:00:00Z"}
-}
 
 func conditionsOf(t *testing.T, u *unstructured.Unstructured) map[string]string {
 	t.Helper()
@@ -82,22 +69,22 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 		return map[string]any{
 			"poolInfo": map[string]any{"zone": "zone-a"},
 			"conditions": []any{
-				cond(v1alpha1.ConditionPlaceholderPodReady, podReady, "Probe"),
-				cond(v1alpha1.ConditionNodeCtlHealthy, "True", "Probe"),
+				framework.Condition(v1alpha1.ConditionPlaceholderPodReady, podReady, "Probe"),
+				framework.Condition(v1alpha1.ConditionNodeCtlHealthy, "True", "Probe"),
 			},
 		}
 	}
 	controllerStatus := map[string]any{
 		"phase": string(v1alpha1.PhaseReady),
 		"conditions": []any{
-			cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed"),
-			cond(v1alpha1.ConditionNodeNotFound, "False", "NodeExists"),
+			framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed"),
+			framework.Condition(v1alpha1.ConditionNodeNotFound, "False", "NodeExists"),
 		},
 	}
-	if _, err := pools.ApplyStatus(ctx, name, statusApply(name, agentStatus("True")), agent); err != nil {
+	if _, err := pools.ApplyStatus(ctx, name, framework.PoolStatus(name, agentStatus("True")), agent); err != nil {
 		t.Fatalf("agent apply: %v", err)
 	}
-	got, err := pools.ApplyStatus(ctx, name, statusApply(name, controllerStatus), controller)
+	got, err := pools.ApplyStatus(ctx, name, framework.PoolStatus(name, controllerStatus), controller)
 	if err != nil {
 		t.Fatalf("controller apply: %v", err)
 	}
@@ -112,7 +99,7 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 	}
 
 	// The agent changes its own entry: the controller's entries and phase stay.
-	got, err = pools.ApplyStatus(ctx, name, statusApply(name, agentStatus("False")), agent)
+	got, err = pools.ApplyStatus(ctx, name, framework.PoolStatus(name, agentStatus("False")), agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +115,14 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 	// Writing the other owner's field is a conflict that names the owner; nothing changes.
 	intrude := agentStatus("False")
 	intrude["phase"] = string(v1alpha1.PhaseDegraded)
-	_, err = pools.ApplyStatus(ctx, name, statusApply(name, intrude), agent)
+	_, err = pools.ApplyStatus(ctx, name, framework.PoolStatus(name, intrude), agent)
 	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), v1alpha1.FieldManagerController) {
 		t.Errorf("agent writing phase: want a conflict naming %s, got %v", v1alpha1.FieldManagerController, err)
 	}
 	intrudeCond := agentStatus("False")
 	intrudeCond["conditions"] = append(intrudeCond["conditions"].([]any),
-		cond(v1alpha1.ConditionPlaceholderAgentHealthy, "False", "Forged"))
-	if _, err = pools.ApplyStatus(ctx, name, statusApply(name, intrudeCond), agent); !apierrors.IsConflict(err) {
+		framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "False", "Forged"))
+	if _, err = pools.ApplyStatus(ctx, name, framework.PoolStatus(name, intrudeCond), agent); !apierrors.IsConflict(err) {
 		t.Errorf("agent writing the controller's condition: want a conflict, got %v", err)
 	}
 
@@ -144,7 +131,7 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := pools.ApplyStatus(ctx, name, statusApply(name, controllerStatus), controller)
+	after, err := pools.ApplyStatus(ctx, name, framework.PoolStatus(name, controllerStatus), controller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,9 +140,9 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 	}
 
 	// The controller drops one of its own entries: only that entry goes.
-	got, err = pools.ApplyStatus(ctx, name, statusApply(name, map[string]any{
+	got, err = pools.ApplyStatus(ctx, name, framework.PoolStatus(name, map[string]any{
 		"phase":      string(v1alpha1.PhaseReady),
-		"conditions": []any{cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed")},
+		"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed")},
 	}), controller)
 	if err != nil {
 		t.Fatal(err)

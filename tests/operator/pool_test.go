@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/operator/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,18 +36,13 @@ func newPool(node string) *v1alpha1.SandboxPool {
 func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 	t.Helper()
 	cond := func(typ string, s metav1.ConditionStatus) map[string]any {
-		return map[string]any{"type": typ, "status": s, "reason": "Test", "message": "test",
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}
+		return framework.Condition(typ, string(s), "Test")
 	}
-	patch, _ := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.KindSandboxPool,
-		"metadata": map[string]any{"name": pool},
-		"status": map[string]any{"conditions": []any{
-			cond(v1alpha1.ConditionPlaceholderPodReady, podReady),
-			cond(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
-			cond(v1alpha1.ConditionResourceSynced, metav1.ConditionTrue),
-		}},
-	})
+	patch, _ := json.Marshal(framework.PoolStatus(pool, map[string]any{"conditions": []any{
+		cond(v1alpha1.ConditionPlaceholderPodReady, podReady),
+		cond(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
+		cond(v1alpha1.ConditionResourceSynced, metav1.ConditionTrue),
+	}}).Object)
 	p := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 	if err := admin.Status().Patch(context.Background(), p, client.RawPatch(types.ApplyPatchType, patch),
 		client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
