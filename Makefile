@@ -26,6 +26,23 @@ CUE            := $(CLI_TOOLS)/cue
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
 OPA            := $(CLI_TOOLS)/opa
 
+# containerd for the placeholder shim's tests: the same release as the shim library in
+# go.mod (make verify checks hack/containerd/go.mod agrees), plus ctr, the runc shim (for
+# side-by-side figures) and crictl.
+CONTAINERD_VERSION := $(shell awk '$$1=="github.com/containerd/containerd/v2"{print $$2}' go.mod)
+CRICTL_VERSION     := $(shell awk '$$1=="sigs.k8s.io/cri-tools"{print $$2}' hack/containerd/go.mod)
+CONTAINERD_TOOLS   := $(TOOLS_DIR)/containerd$(CONTAINERD_VERSION:v%=%)-crictl$(CRICTL_VERSION:v%=%)
+CONTAINERD_BINS    := $(addprefix $(CONTAINERD_TOOLS)/,containerd ctr containerd-shim-runc-v2 crictl)
+
+# Protobuf/TTRPC code generation (agent/shimapi): the plugins at the versions of the
+# libraries in go.mod (make verify checks hack/tools/go.mod agrees), driven by minprotoc.
+PROTOBUF_VERSION := $(shell awk '$$1=="google.golang.org/protobuf"{print $$2}' go.mod)
+TTRPC_VERSION    := $(shell awk '$$1=="github.com/containerd/ttrpc"{print $$2}' go.mod)
+PROTO_TOOLS      := $(TOOLS_DIR)/proto-protobuf$(PROTOBUF_VERSION:v%=%)-ttrpc$(TTRPC_VERSION:v%=%)
+MINPROTOC           := $(PROTO_TOOLS)/minprotoc
+PROTOC_GEN_GO       := $(PROTO_TOOLS)/protoc-gen-go
+PROTOC_GEN_GO_TTRPC := $(PROTO_TOOLS)/protoc-gen-go-ttrpc
+
 KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 \
@@ -33,7 +50,8 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
 
 GO_TEST_FLAGS ?= -count=1
-TEST_ENV := KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL_REQUIRE_TOOLS=1
+TEST_ENV := KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL_REQUIRE_TOOLS=1 \
+	SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS)
 
 ##@ General
 
@@ -46,24 +64,30 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: generate
-generate: $(DEEPCOPY_GEN) ## Regenerate the CRDs (from schema/*.cue) and the Go deepcopy code.
+generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Regenerate the CRDs (from schema/*.cue), the Go deepcopy code and the shim API.
 	$(GO) run ./hack/crdgen -out deploy/crds
 	$(DEEPCOPY_GEN) --output-file zz_generated.deepcopy.go \
 		--go-header-file hack/boilerplate.go.txt ./schema/v1alpha1
+	$(MINPROTOC) -I . --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --plugin=protoc-gen-go-ttrpc=$(PROTOC_GEN_GO_TTRPC) \
+		--go_out=. --go_opt=paths=source_relative --go-ttrpc_out=. --go-ttrpc_opt=paths=source_relative \
+		agent/shimapi/v1/shimapi.proto
 
 .PHONY: verify
 verify: generate ## Regenerate and fail on any drift; check formatting, vet and tool pins.
-	@drift=$$(git status --porcelain -- deploy/crds schema/v1alpha1); \
+	@drift=$$(git status --porcelain -- deploy/crds schema/v1alpha1 agent/shimapi); \
 	if [ -n "$$drift" ]; then \
 		echo "Generated files differ from the committed ones (run make generate and commit):"; \
-		echo "$$drift"; git --no-pager diff --stat -- deploy/crds schema/v1alpha1; exit 1; fi
+		echo "$$drift"; git --no-pager diff --stat -- deploy/crds schema/v1alpha1 agent/shimapi; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@for m in cuelang.org/go github.com/open-policy-agent/opa; do \
+	@for m in cuelang.org/go github.com/open-policy-agent/opa google.golang.org/protobuf github.com/containerd/ttrpc; do \
 		lib=$$(awk -v m=$$m '$$1==m && $$2 ~ /^v/ {print $$2}' go.mod); \
 		cli=$$(awk -v m=$$m '$$1==m && $$2 ~ /^v/ {print $$2}' hack/tools/go.mod); \
 		if [ "$$lib" != "$$cli" ]; then echo "$$m: CLI $$cli (hack/tools/go.mod) and library $$lib (go.mod) differ"; exit 1; fi; done
+	@lib=$$(awk '$$1=="github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2}' go.mod); \
+	bin=$$(awk '$$1=="github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2}' hack/containerd/go.mod); \
+	if [ "$$lib" != "$$bin" ]; then echo "containerd: tools $$bin (hack/containerd/go.mod) and shim library $$lib (go.mod) differ"; exit 1; fi
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
@@ -109,7 +133,8 @@ bench: tools ## Run the benchmarks and print their figures (recorded in docs/ben
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CUE) $(DEEPCOPY_GEN) $(OPA) ## Build the pinned tools.
+tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
+	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Build the pinned tools.
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-apiserver and kubectl $(KUBE_VERSION) (first time: several minutes)"
@@ -139,6 +164,28 @@ $(CUE) $(DEEPCOPY_GEN) $(OPA) &: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(GO) build -trimpath -o $(CLI_TOOLS)/ cuelang.org/go/cmd/cue \
 		github.com/open-policy-agent/opa k8s.io/code-generator/cmd/deepcopy-gen
 	@touch $(CUE) $(DEEPCOPY_GEN) $(OPA)
+
+$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) &: hack/tools/go.mod hack/tools/go.sum hack/tools/minprotoc/main.go
+	@echo ">> building minprotoc, protoc-gen-go $(PROTOBUF_VERSION) and protoc-gen-go-ttrpc $(TTRPC_VERSION)"
+	@mkdir -p $(PROTO_TOOLS)
+	cd hack/tools && $(GO) build -trimpath -o $(PROTO_TOOLS)/ ./minprotoc \
+		google.golang.org/protobuf/cmd/protoc-gen-go github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc
+	@touch $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC)
+
+# --- containerd, ctr, containerd-shim-runc-v2 and crictl (tests/shim) ---
+CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) \
+	-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRICTL_VERSION)
+
+.PHONY: containerd
+containerd: $(CONTAINERD_BINS) ## Build containerd, ctr, the runc shim and crictl (for tests/shim).
+
+$(CONTAINERD_BINS) &: hack/containerd/go.mod hack/containerd/go.sum
+	@echo ">> building containerd $(CONTAINERD_VERSION) (containerd, ctr, runc shim) and crictl $(CRICTL_VERSION)"
+	@mkdir -p $(CONTAINERD_TOOLS)
+	cd hack/containerd && $(GO) build -trimpath -ldflags "$(CONTAINERD_LDFLAGS)" -o $(CONTAINERD_TOOLS)/ \
+		github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 sigs.k8s.io/cri-tools/cmd/crictl
+	@touch $(CONTAINERD_BINS)
 
 .PHONY: clean
 clean: ## Remove built binaries (keeps the tools cache).

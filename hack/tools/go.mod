@@ -7,7 +7,9 @@ go 1.26.0
 
 tool (
 	cuelang.org/go/cmd/cue
+	github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc
 	github.com/open-policy-agent/opa
+	google.golang.org/protobuf/cmd/protoc-gen-go
 	k8s.io/code-generator/cmd/deepcopy-gen
 )
 
@@ -16,12 +18,14 @@ require (
 	cuelang.org/go v0.17.1 // indirect
 	github.com/agnivade/levenshtein v1.2.2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/bufbuild/protocompile v0.14.1
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/clipperhouse/displaywidth v0.10.0 // indirect
 	github.com/clipperhouse/uax29/v2 v2.6.0 // indirect
 	github.com/cockroachdb/apd/v3 v3.2.3 // indirect
 	github.com/coder/websocket v1.8.14 // indirect
+	github.com/containerd/ttrpc v1.2.9 // indirect
 	github.com/decred/dcrd/dcrec/secp256k1/v4 v4.4.1 // indirect
 	github.com/dgraph-io/badger/v4 v4.9.6 // indirect
 	github.com/dgraph-io/ristretto/v2 v2.2.0 // indirect
