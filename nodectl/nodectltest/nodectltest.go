@@ -63,9 +63,11 @@ func RequireCgroups(t testing.TB) {
 }
 
 // CgroupPath returns a fresh cgroup path for t ("/sandboxpool-test-<random>"), not yet
-// created. t's cleanup kills every process left in it and deletes it.
+// created. t's cleanup kills every process left in it and deletes it. It skips t unless
+// RequireCgroups passes.
 func CgroupPath(t testing.TB) string {
 	t.Helper()
+	RequireCgroups(t)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	p := "/sandboxpool-test-" + hex.EncodeToString(b)

@@ -81,6 +81,9 @@ type Options struct {
 	Config *api.Config
 	// Args are extra flags.
 	Args []string
+	// Binary is the node-ctl to run; empty: cmd/node-ctl, built once per test binary.
+	// Another implementation of the contract with the same flags can be tested this way.
+	Binary string
 }
 
 // Process is a real node-ctl process: the cmd/node-ctl binary on real cgroups, talking
@@ -107,7 +110,10 @@ type Process struct {
 func Start(t testing.TB, opts Options) *Process {
 	t.Helper()
 	RequireCgroups(t)
-	bin := binary(t, "node-ctl")
+	bin := opts.Binary
+	if bin == "" {
+		bin = binary(t, "node-ctl")
+	}
 	if opts.CgroupPath == "" {
 		opts.CgroupPath = CgroupPath(t)
 	}
