@@ -15,6 +15,9 @@ type v1 struct {
 	cg cgroup1.Cgroup
 }
 
+// pather is implemented by every cgroup1 controller with a directory.
+type pather interface{ Path(string) string }
+
 // v1Hierarchy is the cpu and memory controllers only: node-ctl leaves every other
 // controller (devices, pids, freezer, ...) to whoever else manages the node. Memory stats
 // skip the swap and kernel-memory files, which not every kernel has.
@@ -23,30 +26,26 @@ func v1Hierarchy() ([]cgroup1.Subsystem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing cgroup v1 controllers: %w", err)
 	}
-	var cpu, memory cgroup1.Subsystem
+	roots := map[cgroup1.Name]string{}
 	for _, s := range all {
-		switch s.Name() {
-		case cgroup1.Cpu:
-			cpu = s
-		case cgroup1.Memory:
-			p, ok := s.(interface{ Path(string) string })
-			if !ok {
-				return nil, errors.New("cgroup v1 memory controller has no path")
-			}
-			memory = cgroup1.NewMemory(filepath.Dir(p.Path("/")),
-				cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp"))
+		if p, ok := s.(pather); ok && (s.Name() == cgroup1.Cpu || s.Name() == cgroup1.Memory) {
+			roots[s.Name()] = p.Path("/")
 		}
 	}
-	for name, s := range map[cgroup1.Name]cgroup1.Subsystem{cgroup1.Cpu: cpu, cgroup1.Memory: memory} {
-		if s == nil {
+	for _, name := range []cgroup1.Name{cgroup1.Cpu, cgroup1.Memory} {
+		root, ok := roots[name]
+		if !ok {
 			return nil, fmt.Errorf("cgroup v1 %s controller is not mounted", name)
 		}
-		root := s.(interface{ Path(string) string }).Path("/")
 		if err := unix.Access(root, unix.W_OK); err != nil {
 			return nil, fmt.Errorf("cgroup v1 %s controller at %s is not writable: %w", name, root, err)
 		}
 	}
-	return []cgroup1.Subsystem{cpu, memory}, nil
+	// NewCpu and NewMemory take the directory holding the controllers' mounts.
+	return []cgroup1.Subsystem{
+		cgroup1.NewCpu(filepath.Dir(roots[cgroup1.Cpu])),
+		cgroup1.NewMemory(filepath.Dir(roots[cgroup1.Memory]), cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp")),
+	}, nil
 }
 
 func openV1(p string) (*v1, error) {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -107,14 +108,7 @@ func New(opts Options) (*Server, error) {
 // reported in State; node-ctl keeps running so the agent can see why and write a better
 // one.
 func (s *Server) Run(ctx context.Context) error {
-	if _, err := s.Reload(); err != nil {
-		var apiErr *api.Error
-		if errors.As(err, &apiErr) && apiErr.Reason == api.ReasonConfigNotFound {
-			s.log.Info("no config yet; waiting for a reload", "config", s.opts.ConfigPath)
-		} else {
-			s.log.Error("applying the config at start failed; nothing applied", "err", err)
-		}
-	}
+	_, _ = s.Reload() // logs its outcome; a failure leaves nothing applied, reported in State
 	ln, err := listen(s.opts.SocketPath)
 	if err != nil {
 		return err
@@ -187,10 +181,15 @@ func (s *Server) Reload() (*api.State, error) {
 	apiErr := s.reloadLocked()
 	s.lastReloadTime = time.Now()
 	s.lastReloadErr = apiErr
+	applied := s.applied != nil
 	s.mu.Unlock()
 	if apiErr != nil {
-		s.log.Warn("reload failed; keeping the applied config", "reason", apiErr.Reason,
-			"field", apiErr.Field, "err", apiErr.Message)
+		level := slog.LevelWarn
+		if apiErr.Reason == api.ReasonConfigNotFound {
+			level = slog.LevelInfo // a fresh node: the agent has not written the config yet
+		}
+		s.log.Log(context.Background(), level, "reload failed", "reason", apiErr.Reason,
+			"field", apiErr.Field, "err", apiErr.Message, "keepingAppliedConfig", applied)
 		return nil, apiErr
 	}
 	return s.State()
@@ -275,10 +274,7 @@ func (s *Server) State() (*api.State, error) {
 	if s.applied != nil {
 		at := s.appliedAt
 		st.Pool, st.AppliedGeneration, st.AppliedAt = s.applied.Pool, s.applied.Generation, &at
-		st.AppliedResources = make(map[string]string, len(s.applied.Resources))
-		for k, v := range s.applied.Resources {
-			st.AppliedResources[k] = v
-		}
+		st.AppliedResources = maps.Clone(s.applied.Resources)
 	}
 	s.mu.Unlock()
 
