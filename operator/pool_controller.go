@@ -21,11 +21,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
 // Reasons of the controller's conditions.
@@ -48,15 +50,25 @@ const (
 // requeues at the moments the phase would change with time alone: the agent's Lease
 // expiry and the node-ctl Unready boundary.
 type PoolReconciler struct {
-	Client              client.Client
+	Client client.Client
+	// APIReader reads from the API server directly (confirms a mirror pod is gone).
+	APIReader           client.Reader
+	Recorder            recorder.EventRecorder
 	Clock               clock.PassiveClock
 	LeaseNamespace      string
 	LeaseTTL            time.Duration
 	NodeCtlUnreadyAfter time.Duration
+	// FinalizerTimeout is how long a deleted pool waits for its mirror pod
+	// (DefaultFinalizerTimeout when 0).
+	FinalizerTimeout time.Duration
+	// MaxConcurrentReconciles is the number of pools reconciled at once.
+	MaxConcurrentReconciles int
 }
 
 // SetupWithManager registers the reconciler: pools, the Leases in LeaseNamespace (by name),
-// and the creation and deletion of Nodes (node updates, mostly heartbeats, are ignored).
+// the creation and deletion of Nodes (node updates, mostly heartbeats, are ignored; nodes are
+// watched as metadata only), and placeholder pods (by their pool-name label), whose
+// disappearance releases a deleted pool.
 func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLease := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		if o.GetNamespace() != r.LeaseNamespace {
@@ -67,12 +79,24 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: naming.PoolName(o.GetName())}}}
 	})
+	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if pool := o.GetLabels()[v1alpha1.LabelPoolName]; pool != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pool}}}
+		}
+		return nil
+	})
 	nodeExistence := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+	podGone := predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(event.UpdateEvent) bool { return false },
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxpool").
 		For(&v1alpha1.SandboxPool{}).
 		Watches(&coordinationv1.Lease{}, byLease).
-		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeExistence)).
+		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeExistence), builder.OnlyMetadata).
+		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(podGone)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
 }
 
@@ -83,6 +107,11 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := logf.FromContext(ctx).WithValues("pool", pool.Name, "node", pool.Spec.NodeName)
+	ctx = logf.IntoContext(ctx, log)
+	if pool.DeletionTimestamp != nil {
+		wait, err := r.finalize(ctx, &pool)
+		return ctrl.Result{RequeueAfter: wait}, err
+	}
 	now := r.Clock.Now()
 
 	nodeCond, err := r.nodeCondition(ctx, &pool)
@@ -123,17 +152,30 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 func (r *PoolReconciler) nodeCondition(ctx context.Context, pool *v1alpha1.SandboxPool) (metav1.Condition, error) {
 	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound, ObservedGeneration: pool.Generation}
-	var node corev1.Node
-	err := r.Client.Get(ctx, types.NamespacedName{Name: pool.Spec.NodeName}, &node)
+	exists, err := r.nodeExists(ctx, pool.Spec.NodeName)
 	switch {
-	case apierrors.IsNotFound(err):
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonNodeMissing, fmt.Sprintf("node %s does not exist", pool.Spec.NodeName)
 	case err != nil:
-		return c, fmt.Errorf("getting node %s: %w", pool.Spec.NodeName, err)
-	default:
+		return c, err
+	case exists:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNodeExists, fmt.Sprintf("node %s exists", pool.Spec.NodeName)
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonNodeMissing, fmt.Sprintf("node %s does not exist", pool.Spec.NodeName)
 	}
 	return c, nil
+}
+
+// nodeExists reads the node from the metadata-only cache.
+func (r *PoolReconciler) nodeExists(ctx context.Context, name string) (bool, error) {
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("getting node %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // agentCondition reads the agent's Lease. Messages carry no changing timestamps, so a

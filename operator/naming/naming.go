@@ -39,3 +39,19 @@ func PoolName(nodeName string) string {
 	return PoolNamePrefix + nodeName[:hashedNodeNamePrefixLength] + "-" +
 		hex.EncodeToString(sum[:])[:hashSuffixLength]
 }
+
+// maxLabelValueLength is the longest label value Kubernetes accepts.
+const maxLabelValueLength = 63
+
+// NodeLabelValue is the node name as the value of the sandbox-pool.io/node label. Label values
+// are at most 63 characters and node names up to 253, so a longer name becomes its first 54
+// characters, "-" and the first 8 hex characters of SHA-256(nodeName): still deterministic,
+// and still starting and ending with an alphanumeric character. Lookups by node use
+// spec.nodeName; the label is for people and selectors.
+func NodeLabelValue(nodeName string) string {
+	if len(nodeName) <= maxLabelValueLength {
+		return nodeName
+	}
+	sum := sha256.Sum256([]byte(nodeName))
+	return nodeName[:maxLabelValueLength-1-hashSuffixLength] + "-" + hex.EncodeToString(sum[:])[:hashSuffixLength]
+}

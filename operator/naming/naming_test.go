@@ -151,3 +151,24 @@ func TestPoolNameAgreesWithCUE(t *testing.T) {
 		t.Errorf("only %d of %d node names exercise the hashed form", hashed, len(names))
 	}
 }
+
+func TestNodeLabelValue(t *testing.T) {
+	for _, n := range []int{1, 62, 63, 64, 200, 253} {
+		node := nodeNameOfLength(n)
+		got := NodeLabelValue(node)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("NodeLabelValue(%d chars) = %q is not a label value: %v", n, got, errs)
+		}
+		switch {
+		case n <= 63 && got != node:
+			t.Errorf("NodeLabelValue(%d chars) = %q, want the node name itself", n, got)
+		case n > 63 && got != node[:54]+"-"+hash8(node):
+			t.Errorf("NodeLabelValue(%d chars) = %q, want the first 54 characters, - and the hash", n, got)
+		}
+	}
+	// Two long names with the same first 54 characters stay distinct.
+	a, b := nodeNameOfLength(100), nodeNameOfLength(100)[:99]+"q"
+	if NodeLabelValue(a) == NodeLabelValue(b) {
+		t.Errorf("NodeLabelValue is the same for two different long names: %q", NodeLabelValue(a))
+	}
+}

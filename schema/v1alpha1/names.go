@@ -67,6 +67,18 @@ var ControllerConditions = []string{ConditionPlaceholderAgentHealthy, ConditionN
 const (
 	// ConditionNodeConflict is True when another class already owns a selected node.
 	ConditionNodeConflict = "NodeConflict"
+	// ConditionPoolsSynced is True when every selected node has a pool with the class's
+	// current policy snapshot.
+	ConditionPoolsSynced = "PoolsSynced"
+)
+
+// Finalizers (SPEC §2: both kinds use finalizers for ordered deletion).
+const (
+	// FinalizerClassPools keeps a class until the controller has deleted all its pools.
+	FinalizerClassPools = GroupName + "/pools"
+	// FinalizerPoolPlaceholderPod keeps a pool until its mirror pod is gone (or the
+	// controller's finalizer timeout passes).
+	FinalizerPoolPlaceholderPod = GroupName + "/placeholder-pod"
 )
 
 // SandboxPoolPhase is the aggregated phase of a pool.

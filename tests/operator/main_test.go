@@ -13,17 +13,14 @@ import (
 	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 const (
@@ -31,12 +28,16 @@ const (
 	leaseNamespace = v1alpha1.DefaultLeaseNamespace
 	// leaseTTL is shortened from the 40 s default so expiry is observed in seconds.
 	leaseTTL = 5 * time.Second
+	// finalizerTimeout is shortened from the 10 min default.
+	finalizerTimeout = 15 * time.Second
 )
 
 var (
 	suite  framework.Suite
 	scheme = runtime.NewScheme()
 	admin  client.Client
+	// controllerConfig authenticates as the controller's service account.
+	controllerConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -49,6 +50,7 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 			return err
 		}
 	}
+	ctrllog.SetLogger(zap.New(zap.UseDevMode(true)))
 	var err error
 	if admin, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
 		return err
@@ -59,27 +61,18 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNamespace}}); err != nil {
 		return err
 	}
+	// No controller-manager runs here to create the namespace's default service account,
+	// which the ServiceAccount admission plugin needs for the stand-in mirror pods.
+	if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: "default"}}); err != nil {
+		return err
+	}
 	cfg, err := cp.AddUser(controllerUser, "system:serviceaccounts", "system:serviceaccounts:sandbox-pool-system", "system:authenticated")
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 zap.New(zap.UseDevMode(true)),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leaseNamespace: {}}},
-		}},
-	})
+	controllerConfig = cfg
+	mgr, err := operator.NewManager(cfg, suiteOptions())
 	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	r := &operator.PoolReconciler{
-		Client: mgr.GetClient(), Clock: clock.RealClock{}, LeaseNamespace: leaseNamespace,
-		LeaseTTL: leaseTTL, NodeCtlUnreadyAfter: 5 * time.Minute,
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	go func() {
@@ -88,6 +81,17 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 		}
 	}()
 	return nil
+}
+
+// suiteOptions are the controller's defaults with the minute-scale timers shortened so
+// their effects are observed in seconds, and no listeners or leader election.
+func suiteOptions() operator.Options {
+	o := operator.DefaultOptions()
+	o.LeaseTTL = leaseTTL
+	o.FinalizerTimeout = finalizerTimeout
+	o.MetricsAddr, o.ProbeAddr = "0", "0"
+	o.LeaderElection = false
+	return o
 }
 
 func requireCluster(t testing.TB) {

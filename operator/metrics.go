@@ -1,0 +1,57 @@
+package operator
+
+import (
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics of the controller, on the manager's /metrics next to controller-runtime's own
+// (controller_runtime_reconcile_total and controller_runtime_reconcile_errors_total by
+// controller are the reconcile counts and errors). Labels are bounded: class names are
+// few and admin-chosen, phases and outcomes are fixed sets.
+var (
+	poolsByPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sandboxpool_pools",
+		Help: "SandboxPools per class and phase (phase Unknown: no phase computed yet).",
+	}, []string{"class", "phase"})
+
+	fanoutDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sandboxpool_class_fanout_duration_seconds",
+		Help:    "Time from the first reconcile that finds a class generation's pools out of sync (missing, outdated or to be deleted) to the first that finds them all in sync.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 16), // 10 ms … ~5.5 min
+	})
+
+	poolFinalizerReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandboxpool_pool_finalizer_releases_total",
+		Help: "Pool finalizers the controller removed, by why: the mirror pod was gone, the node was gone, or the finalizer timeout forced it.",
+	}, []string{"cause"})
+)
+
+// phaseUnknown labels pools that have no phase yet.
+const phaseUnknown = "Unknown"
+
+var allPhases = []v1alpha1.SandboxPoolPhase{v1alpha1.PhasePending, v1alpha1.PhaseReady, v1alpha1.PhaseDegraded, v1alpha1.PhaseUnready, ""}
+
+func init() {
+	metrics.Registry.MustRegister(poolsByPhase, fanoutDuration, poolFinalizerReleases)
+}
+
+func phaseLabel(p v1alpha1.SandboxPoolPhase) string {
+	if p == "" {
+		return phaseUnknown
+	}
+	return string(p)
+}
+
+// setPoolsByPhase sets every phase of the class, zeros included, so a phase that empties
+// shows 0 rather than its last value.
+func setPoolsByPhase(class string, counts map[v1alpha1.SandboxPoolPhase]int) {
+	for _, p := range allPhases {
+		poolsByPhase.WithLabelValues(class, phaseLabel(p)).Set(float64(counts[p]))
+	}
+}
+
+func forgetClassMetrics(class string) {
+	poolsByPhase.DeletePartialMatch(prometheus.Labels{"class": class})
+}

@@ -1,0 +1,114 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// DefaultFinalizerTimeout is how long a deleted pool waits for its mirror pod to go before
+// the controller removes its finalizer anyway (SPEC §3.4: 10 minutes).
+const DefaultFinalizerTimeout = 10 * time.Minute
+
+// Reasons of the pool finalizer's events.
+const (
+	ReasonFinalizerTimeout = "FinalizerTimeout"
+	ReasonPlaceholderGone  = "PlaceholderPodGone"
+)
+
+// releaseCause says why a pool's finalizer may go, or that it must stay.
+type releaseCause string
+
+const (
+	keepFinalizer  releaseCause = ""
+	releasePodGone releaseCause = "pod-gone"
+	// releaseNodeGone: no node means no kubelet to run the pod and no agent to remove its
+	// manifest; the pod garbage collector removes a mirror pod of a deleted node.
+	releaseNodeGone releaseCause = "node-gone"
+	releaseTimeout  releaseCause = "timeout"
+)
+
+// decideRelease is the pool finalizer's rule. When it says keep, wait is how long until the
+// timeout would release the pool.
+func decideRelease(podsLeft int, nodeExists bool, deletedAt, now time.Time, timeout time.Duration) (releaseCause, time.Duration) {
+	switch {
+	case podsLeft == 0:
+		return releasePodGone, 0
+	case !nodeExists:
+		return releaseNodeGone, 0
+	}
+	if left := deletedAt.Add(timeout).Sub(now); left > 0 {
+		return keepFinalizer, left
+	}
+	return releaseTimeout, 0
+}
+
+// finalize removes the pool's finalizer once its mirror pod is gone, its node is gone, or
+// FinalizerTimeout has passed since the deletion (with a Warning event).
+func (r *PoolReconciler) finalize(ctx context.Context, pool *v1alpha1.SandboxPool) (time.Duration, error) {
+	if !controllerutil.ContainsFinalizer(pool, v1alpha1.FinalizerPoolPlaceholderPod) {
+		return 0, nil
+	}
+	pods, err := r.mirrorPods(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	nodeExists, err := r.nodeExists(ctx, pool.Spec.NodeName)
+	if err != nil {
+		return 0, err
+	}
+	timeout := r.FinalizerTimeout
+	if timeout <= 0 {
+		timeout = DefaultFinalizerTimeout
+	}
+	cause, wait := decideRelease(len(pods), nodeExists, pool.DeletionTimestamp.Time, r.Clock.Now(), timeout)
+	if cause == keepFinalizer {
+		return wait, nil
+	}
+	if cause == releaseTimeout {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonFinalizerTimeout, ActionRemoveFinalize,
+			"Mirror pod %s still present %s after deletion; removing the finalizer anyway (node %s may keep its capacity locked until the manifest is removed)",
+			strings.Join(pods, ", "), timeout, pool.Spec.NodeName)
+	}
+	orig := pool.DeepCopy()
+	controllerutil.RemoveFinalizer(pool, v1alpha1.FinalizerPoolPlaceholderPod)
+	if err := r.Client.Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
+		client.FieldOwner(v1alpha1.FieldManagerController)); client.IgnoreNotFound(err) != nil {
+		return 0, fmt.Errorf("removing the finalizer of pool %s: %w", pool.Name, err)
+	}
+	poolFinalizerReleases.WithLabelValues(string(cause)).Inc()
+	logf.FromContext(ctx).Info("released pool finalizer", "cause", cause)
+	return 0, nil
+}
+
+// mirrorPods lists the pods (namespace/name) that carry the pool's label on its node. When
+// the cache has none, the API server confirms: the cache may not have a new pod yet, and
+// releasing a pool whose pod still runs would be wrong, while a confirmation costs one
+// request per deleted pool.
+func (r *PoolReconciler) mirrorPods(ctx context.Context, pool *v1alpha1.SandboxPool) ([]string, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingLabels{v1alpha1.LabelPoolName: pool.Name}); err != nil {
+		return nil, fmt.Errorf("listing the mirror pods of pool %s: %w", pool.Name, err)
+	}
+	if len(pods.Items) == 0 && r.APIReader != nil {
+		if err := r.APIReader.List(ctx, &pods, client.MatchingLabels{v1alpha1.LabelPoolName: pool.Name}); err != nil {
+			return nil, fmt.Errorf("listing the mirror pods of pool %s: %w", pool.Name, err)
+		}
+	}
+	var names []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == pool.Spec.NodeName {
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
