@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,10 @@ func binary(t testing.TB, name string) string {
 			return
 		}
 		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), nodeCtlPackage, hogPackage)
+		// Build inside this module whatever the test's working directory.
+		if _, file, _, ok := runtime.Caller(0); ok {
+			cmd.Dir = filepath.Dir(file)
+		}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = fmt.Errorf("go build %s %s: %w\n%s", nodeCtlPackage, hogPackage, err, out)
 			return

@@ -439,3 +439,34 @@ func configJSON(t *testing.T, cfg api.Config) string {
 	}
 	return string(data)
 }
+
+// TestConcurrentReloadsAndReads hammers the server from several clients (run with -race):
+// every answer is a consistent state, and the last reload wins.
+func TestConcurrentReloadsAndReads(t *testing.T) {
+	cfg := nodectltest.Config(1, "1", "1Gi")
+	f := nodectltest.StartFake(t, nodectltest.FakeOptions{Config: &cfg})
+	errs := make(chan error, 40)
+	for i := range 20 {
+		go func() {
+			if i%2 == 0 {
+				_, err := f.Client.Reload(ctx(t))
+				errs <- err
+				return
+			}
+			st, err := f.Client.State(ctx(t))
+			if err == nil && (st.AppliedGeneration != 1 || st.AppliedResources["memory"] != "1Gi") {
+				err = fmt.Errorf("inconsistent state %+v", st)
+			}
+			errs <- err
+		}()
+	}
+	for range 20 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	nodectltest.WriteConfig(t, f.ConfigPath, nodectltest.Config(2, "2", "2Gi"))
+	if st, err := f.Client.Reload(ctx(t)); err != nil || st.AppliedGeneration != 2 {
+		t.Errorf("final reload = %+v, %v", st, err)
+	}
+}
