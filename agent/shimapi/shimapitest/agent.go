@@ -122,12 +122,15 @@ func (a *Agent) Down() error {
 	}
 	// Close the listener here, not only through the server: Serve may not have taken it
 	// yet, and closing it late would remove the socket of the next Up.
-	lerr := a.listener.Close()
-	if errors.Is(lerr, net.ErrClosed) {
-		lerr = nil
-	}
-	err := errors.Join(lerr, a.server.Close())
+	err := errors.Join(ignoreClosed(a.listener.Close()), ignoreClosed(a.server.Close()))
 	a.server, a.listener = nil, nil
+	return err
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
 	return err
 }
 
