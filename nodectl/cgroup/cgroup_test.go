@@ -132,8 +132,8 @@ func TestRealLimitIsEnforced(t *testing.T) {
 	if s.OOMKills < 1 {
 		t.Errorf("Stats.OOMKills = %d after an OOM kill", s.OOMKills)
 	}
-	if peak := nodectltest.PeakMemoryBytes(t, p); peak > 64*mib {
-		t.Errorf("peak usage %d bytes exceeded the 64 MiB limit", peak)
+	if peak := nodectltest.PeakMemoryBytes(t, p); peak > 64*mib+nodectltest.OOMSlackBytes {
+		t.Errorf("peak usage %d bytes exceeded the 64 MiB limit (plus the OOM slack)", peak)
 	}
 }
 

@@ -87,6 +87,12 @@ func parseInt(t testing.TB, s string) int64 {
 	return v
 }
 
+// OOMSlackBytes is how far above its memory limit a cgroup's peak usage may go: while the
+// OOM killer works the kernel forces some charges through (one page over has been seen on
+// cgroup v1). Tests proving a limit compare the peak with the limit plus this slack, which
+// is still far below what a hog asked for.
+const OOMSlackBytes = 1 << 20
+
 // PeakMemoryBytes is the cgroup's peak memory usage: memory.max_usage_in_bytes (v1) or
 // memory.peak (v2, kernel 5.19+).
 func PeakMemoryBytes(t testing.TB, cgroupPath string) int64 {

@@ -108,11 +108,13 @@ func New(opts Options) (*Server, error) {
 // reported in State; node-ctl keeps running so the agent can see why and write a better
 // one.
 func (s *Server) Run(ctx context.Context) error {
-	_, _ = s.Reload() // logs its outcome; a failure leaves nothing applied, reported in State
+	// Claim the socket first, so that a second node-ctl never touches the cgroup; apply
+	// next, so that the first answer (clients wait in the backlog meanwhile) is after it.
 	ln, err := listen(s.opts.SocketPath)
 	if err != nil {
 		return err
 	}
+	_, _ = s.Reload() // logs its outcome; a failure leaves nothing applied, reported in State
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
