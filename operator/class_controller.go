@@ -126,7 +126,30 @@ func (r *ClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.enqueueClasses(ctx, q, func(*v1alpha1.SandboxPoolClass) bool { return true })
 		},
 	}
-	nodeEvents := handler.Funcs{
+	byPriorityClass := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		return r.classRequests(ctx, func(c *v1alpha1.SandboxPoolClass) bool {
+			return c.Spec.PlaceholderPod.PriorityClassName == o.GetName()
+		})
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sandboxpoolclass").
+		For(&v1alpha1.SandboxPoolClass{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+			predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return e.ObjectNew.GetDeletionTimestamp() != nil
+			}}))).
+		Watches(&v1alpha1.SandboxPool{}, poolEvents).
+		Watches(&corev1.Node{}, r.nodeEvents(), builder.OnlyMetadata).
+		Watches(&schedulingv1.PriorityClass{}, byPriorityClass).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Complete(r)
+}
+
+// nodeEvents enqueues the classes whose selection a node event changes: on create and
+// delete the classes that select the node; on update only those that selected it before
+// and not after, or after and not before. Status and heartbeat updates enqueue nothing.
+func (r *ClassReconciler) nodeEvents() handler.Funcs {
+	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			r.enqueueClasses(ctx, q, matches(e.Object.GetLabels()))
 		},
@@ -141,23 +164,6 @@ func (r *ClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.enqueueClasses(ctx, q, matches(e.Object.GetLabels()))
 		},
 	}
-	byPriorityClass := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		return r.classRequests(ctx, func(c *v1alpha1.SandboxPoolClass) bool {
-			return c.Spec.PlaceholderPod.PriorityClassName == o.GetName()
-		})
-	})
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("sandboxpoolclass").
-		For(&v1alpha1.SandboxPoolClass{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
-			predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-				return e.ObjectNew.GetDeletionTimestamp() != nil
-			}}))).
-		Watches(&v1alpha1.SandboxPool{}, poolEvents).
-		Watches(&corev1.Node{}, nodeEvents, builder.OnlyMetadata).
-		Watches(&schedulingv1.PriorityClass{}, byPriorityClass).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Complete(r)
 }
 
 // poolChangeMattersToClass is true when a pool update changes what the class counts or owns:

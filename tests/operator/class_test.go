@@ -46,7 +46,9 @@ func createNode(t *testing.T, name string, labels map[string]string) {
 	if err := admin.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+	t.Cleanup(func() {
+		_ = admin.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
 }
 
 // poolsOfClass lists the pools whose classRef names class.
@@ -326,7 +328,7 @@ func TestPriorityClassResolved(t *testing.T) {
 		_ = admin.Get(ctx, types.NamespacedName{Name: class}, c)
 		cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionPoolsSynced)
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "PriorityClassNotFound" &&
-			strings.Contains(cond.Message, "spec.placeholderPod.priorityClassName") && strings.Contains(cond.Message, pcName),
+				strings.Contains(cond.Message, "spec.placeholderPod.priorityClassName") && strings.Contains(cond.Message, pcName),
 			fmt.Sprintf("%+v", cond)
 	})
 	if n := len(poolsOfClass(t, class)); n != 0 {

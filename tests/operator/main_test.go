@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -36,12 +35,20 @@ var (
 	suite  framework.Suite
 	scheme = runtime.NewScheme()
 	admin  client.Client
-	// controllerConfig authenticates as the controller's service account.
-	controllerConfig *rest.Config
+	// auditLog records every write request the API server serves.
+	auditLog string
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Run(m, &suite, setUp))
+	dir, err := os.MkdirTemp("", "sandboxpool-operator-audit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	auditLog = filepath.Join(dir, "audit.log")
+	code := framework.Run(m, &suite, setUp, framework.WithAuditLog(auditLog))
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 func setUp(ctx context.Context, cp *framework.ControlPlane) error {
@@ -70,7 +77,6 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	controllerConfig = cfg
 	mgr, err := operator.NewManager(cfg, suiteOptions())
 	if err != nil {
 		return err

@@ -179,20 +179,40 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 		}
 	}
 
-	// The agent stops renewing: the phase drops at lease expiry with no other event.
-	waitFor(t, name, "lease expired, pod ready → Degraded", leaseTTL+10*time.Second,
-		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
+	// The agent stops renewing: the phase drops at lease expiry with no other event, and
+	// comes back when renewals resume; twice, to see both directions repeat.
+	for round := range 2 {
+		lastRenewal := time.Now()
+		waitFor(t, name, "lease expired, pod ready → Degraded", leaseTTL+10*time.Second,
+			phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
+		t.Logf("round %d: Degraded %s after the last renewal (TTL %s)", round, time.Since(lastRenewal).Round(time.Millisecond), leaseTTL)
+		if round == 1 {
+			break
+		}
+		renewed := time.Now()
+		renewLease(t, name)
+		waitFor(t, name, "renewal resumed → Ready", 10*time.Second,
+			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+		t.Logf("round %d: Ready again %s after the renewal", round, time.Since(renewed).Round(time.Millisecond))
+	}
 
 	// The pod goes away after the pool had been Ready: Unready, not Pending.
 	agentReports(t, name, metav1.ConditionFalse)
 	waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
 
+	// Node deletion while the agent is healthy and the pod ready: Ready → Unready.
+	renewLease(t, name)
+	agentReports(t, name, metav1.ConditionTrue)
+	waitFor(t, name, "healthy again → Ready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse, "NodeExists"))
 	if err := admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
 		t.Fatal(err)
 	}
+	deleted := time.Now()
 	p = waitFor(t, name, "node deleted → NodeNotFound", 10*time.Second,
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, "NodeNotFound"))
+	t.Logf("node deleted → Unready observed after %s", time.Since(deleted).Round(time.Millisecond))
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionNodeNotFound); !strings.Contains(c.Message, node) {
 		t.Errorf("message does not name the node: %q", c.Message)
 	}

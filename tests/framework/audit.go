@@ -1,0 +1,82 @@
+package framework
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// auditPolicy records every write (and nothing else) at Metadata level: who changed what.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+`
+
+// WithAuditLog makes the API server write an audit log of every write request to path, so
+// a test can count the writes of one identity (AuditEvents).
+func WithAuditLog(path string) Option {
+	return func(env *envtest.Environment, _ string) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			panic(err) // only reached from TestMain set-up with a path the test chose
+		}
+		policy := filepath.Join(filepath.Dir(path), "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+			panic(err)
+		}
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-policy-file", policy)
+		args.Set("audit-log-path", path)
+		args.Set("audit-log-mode", "blocking") // every event is on disk when the response is
+	}
+}
+
+// AuditEvent is the part of an audit.k8s.io/v1 Event the tests read.
+type AuditEvent struct {
+	Stage string `json:"stage"`
+	Verb  string `json:"verb"`
+	User  struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	StageTimestamp time.Time `json:"stageTimestamp"`
+}
+
+// AuditEvents reads the ResponseComplete events of the audit log at path whose response was
+// sent in [from, to).
+func AuditEvents(path string, from, to time.Time) ([]AuditEvent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []AuditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e AuditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("audit log %s: %w", path, err)
+		}
+		if e.Stage == "ResponseComplete" && !e.StageTimestamp.Before(from) && e.StageTimestamp.Before(to) {
+			out = append(out, e)
+		}
+	}
+	return out, sc.Err()
+}
