@@ -348,16 +348,16 @@ func (s *service) onShutdown(ctx context.Context) error {
 	}
 	// The stopped tasks stay until the process exits, for a late Wait or State.
 	req := &v1.ShutdownRequest{Identity: s.last, Now: s.shutdownNow}
-	if req.Identity == nil {
-		req.Identity = &v1.Identity{Namespace: s.namespace}
-	}
 	s.mu.Unlock()
 
 	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	s.flush(fctx)
 	cancel()
-	if err := s.agent.Shutdown(ctx, req); err != nil {
-		log.G(ctx).WithError(err).Warn("placeholder agent not told of the shutdown")
+	// A shim whose tasks the agent never accepted has nothing to tell it.
+	if req.Identity != nil {
+		if err := s.agent.Shutdown(ctx, req); err != nil {
+			log.G(ctx).WithError(err).Warn("placeholder agent not told of the shutdown")
+		}
 	}
 	return s.agent.Close()
 }
@@ -379,12 +379,20 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 	return &taskAPI.StatsResponse{Stats: data}, nil
 }
 
-// Pids lists no processes.
+// Pids lists the task's one synthetic process, pid 0, until it exits. containerd relies on
+// it: when it reloads its shims after a restart, a task with no processes is a leaked shim
+// and is deleted.
 func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
-	if _, err := s.get(r.ID); err != nil {
-		return nil, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.containers[r.ID]
+	if !ok {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrNotFound, "task %s not created", r.ID)
 	}
-	return &taskAPI.PidsResponse{}, nil
+	if c.status == task.Status_STOPPED {
+		return &taskAPI.PidsResponse{}, nil
+	}
+	return &taskAPI.PidsResponse{Processes: []*task.ProcessInfo{{Pid: 0}}}, nil
 }
 
 // Update accepts new resources and applies them nowhere: there is no cgroup.

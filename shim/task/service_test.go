@@ -411,8 +411,15 @@ func TestUnsupportedCallsSayWhy(t *testing.T) {
 	if _, err := f.svc.Wait(ctx, &taskAPI.WaitRequest{ID: "app", ExecID: "e"}); !errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		t.Errorf("Wait for an exec = %v, want NotFound", err)
 	}
+	// containerd deletes a reloaded task without processes as leaked: a live task has pid 0.
+	if pids, err := f.svc.Pids(ctx, &taskAPI.PidsRequest{ID: "app"}); err != nil || len(pids.Processes) != 1 || pids.Processes[0].Pid != 0 {
+		t.Errorf("Pids of a live task = %v, %v; want one process, pid 0", pids, err)
+	}
+	if _, err := f.svc.Kill(ctx, &taskAPI.KillRequest{ID: "app", Signal: uint32(syscall.SIGKILL)}); err != nil {
+		t.Fatal(err)
+	}
 	if pids, err := f.svc.Pids(ctx, &taskAPI.PidsRequest{ID: "app"}); err != nil || len(pids.Processes) != 0 {
-		t.Errorf("Pids = %v, %v; want none", pids, err)
+		t.Errorf("Pids of an exited task = %v, %v; want none", pids, err)
 	}
 }
 

@@ -1,0 +1,488 @@
+// Package containerdtest runs a real containerd for tests of the placeholder shim: the
+// containerd, ctr and crictl that `make containerd` builds from the module proxy
+// (SANDBOXPOOL_CONTAINERD points at them), started as root with its own root, state,
+// sockets and shim socket directory under a short temporary directory, configured with the
+// drop-in users install (deploy/containerd), and with the local pause image imported.
+package containerdtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	"github.com/agentcube/sandboxpool/hack/pause/image"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/shim/agentclient"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ToolsEnv names the directory holding containerd, ctr, containerd-shim-runc-v2 and crictl.
+const ToolsEnv = "SANDBOXPOOL_CONTAINERD"
+
+// Namespace is the containerd namespace of the tests that use ctr; CRI uses "k8s.io".
+const Namespace = "shimtest"
+
+// CRINamespace is CRI's containerd namespace.
+const CRINamespace = "k8s.io"
+
+var toolNames = []string{"containerd", "ctr", "containerd-shim-runc-v2", "crictl"}
+
+// Unavailable says why containerd cannot run here, or "" when it can.
+func Unavailable() string {
+	if os.Geteuid() != 0 {
+		return "containerd and its shims need root: run the tests as root"
+	}
+	dir := os.Getenv(ToolsEnv)
+	if dir == "" {
+		return ToolsEnv + " is not set: run the tests with `make test`, which builds containerd, ctr and crictl (`make containerd`)"
+	}
+	for _, b := range toolNames {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return fmt.Sprintf("%s missing in %s=%s: run `make containerd`", b, ToolsEnv, dir)
+		}
+	}
+	return ""
+}
+
+// Require skips t when containerd cannot run here, or fails it when the run demands the
+// real parts (framework.RequireToolsEnv, set by make test).
+func Require(t testing.TB) {
+	t.Helper()
+	if why := Unavailable(); why != "" {
+		if os.Getenv(framework.RequireToolsEnv) != "" {
+			t.Fatalf("containerd required but unavailable: %s", why)
+		}
+		t.Skip(why)
+	}
+}
+
+// Artifacts are what the tests build from this checkout once per test binary: the shims
+// and the pause image archive.
+type Artifacts struct {
+	// Bin holds containerd-shim-placeholder-v2 and containerd-shim-placeholder-fp-v2.
+	Bin string
+	// PauseImage is the OCI archive of image.Name.
+	PauseImage string
+}
+
+// Build builds the artifacts into a new directory below /tmp.
+func Build(ctx context.Context) (*Artifacts, error) {
+	root, err := corpus.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("/tmp", "shimbin")
+	if err != nil {
+		return nil, err
+	}
+	a := &Artifacts{Bin: dir, PauseImage: filepath.Join(dir, "pause.tar")}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
+		"./cmd/containerd-shim-placeholder-v2", "./tests/shim/failpoint/cmd/containerd-shim-placeholder-fp-v2")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building the shims: %w: %s", err, out)
+	}
+	if err := image.Build(ctx, a.PauseImage); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Remove deletes the artifacts.
+func (a *Artifacts) Remove() error { return os.RemoveAll(a.Bin) }
+
+// Options configure Start.
+type Options struct {
+	// Artifacts to use: the shims are put first on containerd's PATH.
+	Artifacts *Artifacts
+	// AgentAddress replaces the agent address of deploy/containerd.
+	AgentAddress string
+	// AgentTimeout replaces its Create/Start retry budget (short, so tests are quick).
+	AgentTimeout time.Duration
+	// LogLevel of containerd; "info" when empty.
+	LogLevel string
+}
+
+// Containerd is a running containerd.
+type Containerd struct {
+	// Dir is the instance's directory: config, root, state, sockets, log.
+	Dir string
+	// Address is containerd's GRPC socket.
+	Address string
+
+	t     testing.TB
+	tools string
+	opts  Options
+	log   string
+
+	mu   sync.Mutex // guards cmd and done
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start starts containerd and imports the pause image for ctr (Namespace) and CRI; t's
+// cleanup stops it and kills every shim it started.
+func Start(t testing.TB, opts Options) *Containerd {
+	t.Helper()
+	Require(t)
+	if opts.LogLevel == "" {
+		opts.LogLevel = "info"
+	}
+	dir, err := os.MkdirTemp("/tmp", "ctd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Containerd{
+		Dir: dir, Address: filepath.Join(dir, "c.sock"),
+		t: t, tools: os.Getenv(ToolsEnv), opts: opts, log: filepath.Join(dir, "containerd.log"),
+	}
+	t.Cleanup(c.cleanup)
+	if err := c.writeConfig(); err != nil {
+		t.Fatal(err)
+	}
+	c.start()
+	for _, ns := range []string{Namespace, CRINamespace} {
+		if out, err := c.Ctr(t.Context(), "-n", ns, "images", "import", opts.Artifacts.PauseImage); err != nil {
+			t.Fatalf("importing the pause image: %v: %s", err, out)
+		}
+	}
+	return c
+}
+
+// Tool is the path of one of the built tools (containerd, ctr, crictl, ...).
+func (c *Containerd) Tool(name string) string { return filepath.Join(c.tools, name) }
+
+// writeConfig writes containerd's configuration: this instance's paths, and the drop-in of
+// deploy/containerd with the test's agent address and timeout.
+func (c *Containerd) writeConfig() error {
+	root, err := corpus.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dropIn, err := os.ReadFile(filepath.Join(root, "deploy", "containerd", "placeholder.toml"))
+	if err != nil {
+		return err
+	}
+	for from, to := range map[string]string{
+		shimapi.AddressEnv + "=" + shimapi.DefaultAddress:                  shimapi.AddressEnv + "=" + c.opts.AgentAddress,
+		agentclient.TimeoutEnv + "=" + agentclient.DefaultTimeout.String(): agentclient.TimeoutEnv + "=" + c.opts.AgentTimeout.String(),
+	} {
+		if !bytes.Contains(dropIn, []byte(from)) {
+			return fmt.Errorf("deploy/containerd/placeholder.toml no longer sets %s", from)
+		}
+		dropIn = bytes.ReplaceAll(dropIn, []byte(from), []byte(to))
+	}
+	dropInPath := filepath.Join(c.Dir, "placeholder.toml")
+	if err := os.WriteFile(dropInPath, dropIn, 0o644); err != nil {
+		return err
+	}
+	d := c.Dir
+	config := fmt.Sprintf(`version = 4
+root = '%[1]s/root'
+state = '%[1]s/state'
+imports = ['%[2]s']
+
+[debug]
+  level = '%[3]s'
+
+[plugins]
+  [plugins.'io.containerd.server.v1.grpc']
+    address = '%[1]s/c.sock'
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = '%[1]s/c.sock.ttrpc'
+  [plugins.'io.containerd.internal.v1.opt']
+    path = '%[1]s/opt'
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+  [plugins.'io.containerd.shim.v1.manager']
+    socket_dir = '%[1]s/s'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '%[4]s'
+  [plugins.'io.containerd.cri.v1.runtime']
+    # This VM lacks CAP_SYS_RESOURCE: runc sandboxes (the comparison figures) need it.
+    restrict_oom_score_adj = true
+`, d, dropInPath, c.opts.LogLevel, image.Name)
+	return os.WriteFile(filepath.Join(d, "config.toml"), []byte(config), 0o644)
+}
+
+// start starts the containerd process and waits until it serves.
+func (c *Containerd) start() {
+	c.t.Helper()
+	logFile, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(c.Tool("containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
+	cmd.Env = append(os.Environ(), "PATH="+c.opts.Artifacts.Bin+":"+c.tools+":"+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("starting containerd: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		close(done)
+	}()
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+
+	if err := poll(30*time.Second, done, func() bool {
+		conn, err := net.Dial("unix", c.Address)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err == nil
+	}); err != nil {
+		c.t.Fatalf("containerd did not come up: %v\n%s", err, c.tail(40))
+	}
+}
+
+// Stop stops containerd (SIGTERM, then SIGKILL after 15 s). Its shims keep running.
+func (c *Containerd) Stop() {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart stops containerd and starts it again on the same state.
+func (c *Containerd) Restart() {
+	c.t.Helper()
+	c.Stop()
+	c.start()
+}
+
+func (c *Containerd) cleanup() {
+	c.Stop()
+	for pid := range c.ShimPIDs() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = poll(10*time.Second, nil, func() bool { return len(c.ShimPIDs()) == 0 })
+	unmountBelow(c.Dir)
+	if c.t.Failed() {
+		c.t.Logf("containerd log (last lines):\n%s", c.tail(60))
+	}
+	_ = os.RemoveAll(c.Dir)
+}
+
+// Ctr runs ctr against this containerd.
+func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.Tool("ctr"), append([]string{"-a", c.Address}, args...)...).CombinedOutput()
+	return withoutDeprecationNotes(string(out)), err
+}
+
+// withoutDeprecationNotes drops ctr's warning about cgroup v1 on this host.
+func withoutDeprecationNotes(out string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.Contains(l, "DEPRECATION") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// CRI connects to containerd's CRI service.
+func (c *Containerd) CRI(t testing.TB) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+c.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	// CRI reports ready once its plugins have started.
+	if err := poll(30*time.Second, nil, func() bool {
+		st, err := rt.Status(t.Context(), &runtimeapi.StatusRequest{})
+		if err != nil {
+			return false
+		}
+		for _, cond := range st.GetStatus().GetConditions() {
+			if cond.Type == runtimeapi.RuntimeReady {
+				return cond.Status
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("CRI runtime not ready: %v", err)
+	}
+	return rt, runtimeapi.NewImageServiceClient(conn)
+}
+
+// LogMark is a position in containerd's log.
+type LogMark int
+
+// Mark returns the current end of containerd's log.
+func (c *Containerd) Mark() LogMark { return LogMark(len(c.logLines())) }
+
+// ProblemsSince returns the log lines at level warning or above written after m, leaving
+// out the ones this host always produces (cgroup v1 deprecation, no CNI configuration).
+func (c *Containerd) ProblemsSince(m LogMark) []string {
+	var out []string
+	lines := c.logLines()
+	if int(m) > len(lines) {
+		return nil
+	}
+	for _, l := range lines[m:] {
+		if !strings.Contains(l, "level=error") && !strings.Contains(l, "level=warning") && !strings.Contains(l, "level=fatal") {
+			continue
+		}
+		if strings.Contains(l, "cgroup v1 is deprecated") || strings.Contains(l, "cni") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func (c *Containerd) logLines() []string {
+	b, err := os.ReadFile(c.log)
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+func (c *Containerd) tail(n int) string {
+	lines := c.logLines()
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Shim is a running shim process of this containerd.
+type Shim struct {
+	Binary string // base name, containerd-shim-<runtime>-v2
+	Bundle string // working directory: the bundle of the task it was started for
+}
+
+// ShimPIDs returns the shim processes of this containerd (those whose bundle is below Dir).
+func (c *Containerd) ShimPIDs() map[int]Shim {
+	out := map[int]Shim{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err1 := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		cwd, err2 := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+		if strings.HasPrefix(base, "containerd-shim-") && strings.HasPrefix(cwd, c.Dir+"/") {
+			out[pid] = Shim{Binary: base, Bundle: cwd}
+		}
+	}
+	return out
+}
+
+// Memory is a process's resident memory in bytes: RSS, and PSS (shared pages divided among
+// the processes sharing them, which is what N shims of one binary really cost).
+type Memory struct{ RSS, PSS uint64 }
+
+// MemoryOf reads /proc/pid/smaps_rollup.
+func MemoryOf(pid int) (Memory, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return Memory{}, err
+	}
+	defer f.Close()
+	var m Memory
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseUint(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "Rss:":
+			m.RSS = kb << 10
+		case "Pss:":
+			m.PSS = kb << 10
+		}
+	}
+	return m, s.Err()
+}
+
+// poll checks cond every 20 ms until it holds, until the deadline, or until stop closes.
+func poll(timeout time.Duration, stop <-chan struct{}, cond func() bool) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("not within %s", timeout)
+		case <-stop:
+			return errors.New("the process exited")
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// Poll is poll for tests: it fails t with what when cond does not hold within timeout.
+func Poll(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := poll(timeout, nil, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// unmountBelow detaches whatever a failed test left mounted below dir (rootfs of runc
+// containers), deepest first, so the directory can be removed.
+func unmountBelow(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+	}
+}
