@@ -44,7 +44,7 @@ func TestParseRejectsBadControls(t *testing.T) {
 
 func TestFromAnnotations(t *testing.T) {
 	fps, err := FromAnnotations(map[string]string{
-		AnnotationPrefix + "Start": "1*error(no)",
+		AnnotationPrefix + "Start":     "1*error(no)",
 		"io.kubernetes.cri.sandbox-id": "x",
 	})
 	if err != nil || len(fps) != 1 || fps["Start"] == nil {
