@@ -3,7 +3,7 @@ package operator
 import (
 	"slices"
 
-	"github.com/agentcube/sandboxpool/operator/naming"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,7 +121,7 @@ func desiredPool(class *v1alpha1.SandboxPoolClass, pool *v1alpha1.SandboxPool, s
 		want.Spec.PlaceholderPod = *snap.PlaceholderPod.DeepCopy()
 		changed = true
 	}
-	for k, v := range map[string]string{v1alpha1.LabelClass: class.Name, v1alpha1.LabelNode: naming.NodeLabelValue(pool.Spec.NodeName)} {
+	for k, v := range map[string]string{v1alpha1.LabelClass: class.Name, v1alpha1.LabelNode: naming.LabelValue(pool.Spec.NodeName)} {
 		if want.Labels[k] != v {
 			if want.Labels == nil {
 				want.Labels = map[string]string{}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator/naming"
 	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"

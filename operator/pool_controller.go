@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator/naming"
 	"github.com/agentcube/sandboxpool/operator/phase"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +80,7 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: naming.PoolName(o.GetName())}}}
 	})
 	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if pool := o.GetLabels()[v1alpha1.LabelPoolName]; pool != "" {
+		if pool := poolOfPod(o); pool != "" {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pool}}}
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,26 +90,36 @@ func (r *PoolReconciler) finalize(ctx context.Context, pool *v1alpha1.SandboxPoo
 	return 0, nil
 }
 
-// mirrorPods lists the pods (namespace/name) that carry the pool's label on its node. When
-// the cache has none, the API server confirms: the cache may not have a new pod yet, and
-// releasing a pool whose pod still runs would be wrong, while a confirmation costs one
-// request per deleted pool.
+// mirrorPods lists the pods (namespace/name) of the pool on its node: labelled with the
+// pool-name label value and annotated with the full pool name. When the cache has none, the
+// API server confirms: the cache may not have a new pod yet, and releasing a pool whose pod
+// still runs would be wrong, while a confirmation costs one request per deleted pool.
 func (r *PoolReconciler) mirrorPods(ctx context.Context, pool *v1alpha1.SandboxPool) ([]string, error) {
+	sel := client.MatchingLabels{v1alpha1.LabelPoolName: naming.LabelValue(pool.Name)}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.MatchingLabels{v1alpha1.LabelPoolName: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &pods, sel); err != nil {
 		return nil, fmt.Errorf("listing the mirror pods of pool %s: %w", pool.Name, err)
 	}
 	if len(pods.Items) == 0 && r.APIReader != nil {
-		if err := r.APIReader.List(ctx, &pods, client.MatchingLabels{v1alpha1.LabelPoolName: pool.Name}); err != nil {
+		if err := r.APIReader.List(ctx, &pods, sel); err != nil {
 			return nil, fmt.Errorf("listing the mirror pods of pool %s: %w", pool.Name, err)
 		}
 	}
 	var names []string
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == pool.Spec.NodeName {
+		if p.Spec.NodeName == pool.Spec.NodeName && poolOfPod(&p) == pool.Name {
 			names = append(names, p.Namespace+"/"+p.Name)
 		}
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// poolOfPod is the full name of the pool a placeholder pod belongs to: its pool-name
+// annotation, or its label for a pod without one (the label is the full name when it fits).
+func poolOfPod(o client.Object) string {
+	if name := o.GetAnnotations()[v1alpha1.AnnotationPoolName]; name != "" {
+		return name
+	}
+	return o.GetLabels()[v1alpha1.LabelPoolName]
 }

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentcube/sandboxpool/operator/naming"
 	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -1,5 +1,5 @@
-// Package naming derives the deterministic names the operator gives to the objects it
-// creates. The name of a node's pool is what makes "one pool per node" atomic: a second
+// Package naming derives the deterministic names of the objects the controller and the
+// agents create. The name of a node's pool is what makes "one pool per node" atomic: a second
 // create of the same name fails with AlreadyExists (SPEC §2).
 //
 // The rule itself lives in the CUE schema (#PoolName in schema/sandboxpool.cue); this
@@ -43,15 +43,16 @@ func PoolName(nodeName string) string {
 // maxLabelValueLength is the longest label value Kubernetes accepts.
 const maxLabelValueLength = 63
 
-// NodeLabelValue is the node name as the value of the sandbox-pool.io/node label. Label values
-// are at most 63 characters and node names up to 253, so a longer name becomes its first 54
-// characters, "-" and the first 8 hex characters of SHA-256(nodeName): still deterministic,
-// and still starting and ending with an alphanumeric character. Lookups by node use
-// spec.nodeName; the label is for people and selectors.
-func NodeLabelValue(nodeName string) string {
-	if len(nodeName) <= maxLabelValueLength {
-		return nodeName
+// LabelValue is an object name (a node or pool name, a DNS subdomain) as a label value, for
+// the sandbox-pool.io/node and sandbox-pool.io/pool-name labels. Label values are at most 63
+// characters and names up to 253, so a longer name becomes its first 54 characters, "-" and
+// the first 8 hex characters of its SHA-256: still deterministic, and still starting and
+// ending with an alphanumeric character. Exact lookups use the full name (spec.nodeName, the
+// sandbox-pool.io/pool-name annotation); the label is for selectors and people.
+func LabelValue(name string) string {
+	if len(name) <= maxLabelValueLength {
+		return name
 	}
-	sum := sha256.Sum256([]byte(nodeName))
-	return nodeName[:maxLabelValueLength-1-hashSuffixLength] + "-" + hex.EncodeToString(sum[:])[:hashSuffixLength]
+	sum := sha256.Sum256([]byte(name))
+	return name[:maxLabelValueLength-1-hashSuffixLength] + "-" + hex.EncodeToString(sum[:])[:hashSuffixLength]
 }

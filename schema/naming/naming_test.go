@@ -152,23 +152,23 @@ func TestPoolNameAgreesWithCUE(t *testing.T) {
 	}
 }
 
-func TestNodeLabelValue(t *testing.T) {
+func TestLabelValue(t *testing.T) {
 	for _, n := range []int{1, 62, 63, 64, 200, 253} {
 		node := nodeNameOfLength(n)
-		got := NodeLabelValue(node)
+		got := LabelValue(node)
 		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
-			t.Errorf("NodeLabelValue(%d chars) = %q is not a label value: %v", n, got, errs)
+			t.Errorf("LabelValue(%d chars) = %q is not a label value: %v", n, got, errs)
 		}
 		switch {
 		case n <= 63 && got != node:
-			t.Errorf("NodeLabelValue(%d chars) = %q, want the node name itself", n, got)
+			t.Errorf("LabelValue(%d chars) = %q, want the node name itself", n, got)
 		case n > 63 && got != node[:54]+"-"+hash8(node):
-			t.Errorf("NodeLabelValue(%d chars) = %q, want the first 54 characters, - and the hash", n, got)
+			t.Errorf("LabelValue(%d chars) = %q, want the first 54 characters, - and the hash", n, got)
 		}
 	}
 	// Two long names with the same first 54 characters stay distinct.
 	a, b := nodeNameOfLength(100), nodeNameOfLength(100)[:99]+"q"
-	if NodeLabelValue(a) == NodeLabelValue(b) {
-		t.Errorf("NodeLabelValue is the same for two different long names: %q", NodeLabelValue(a))
+	if LabelValue(a) == LabelValue(b) {
+		t.Errorf("LabelValue is the same for two different long names: %q", LabelValue(a))
 	}
 }

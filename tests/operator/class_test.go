@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator/naming"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -108,7 +108,8 @@ func mirrorPod(t *testing.T, pool, node string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: mirrorNamespace, Name: "sandbox-pool-" + pool + "-" + node,
-			Labels: map[string]string{v1alpha1.LabelPoolName: pool}},
+			Labels:      map[string]string{v1alpha1.LabelPoolName: naming.LabelValue(pool)},
+			Annotations: map[string]string{v1alpha1.AnnotationPoolName: pool}},
 		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "pause", Image: "pause"}}},
 	}
