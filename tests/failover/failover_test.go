@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/agentcube/sandboxpool/operator"
-	"github.com/agentcube/sandboxpool/operator/naming"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
