@@ -31,6 +31,9 @@ type kindInfo struct {
 	Singular       string                                    `json:"singular"`
 	ShortNames     []string                                  `json:"shortNames"`
 	PrinterColumns []apiextv1.CustomResourceColumnDefinition `json:"printerColumns"`
+	// SelectableFields can be used in field selectors (agents list their node's pools with
+	// spec.nodeName=<node>, filtered by the API server).
+	SelectableFields []apiextv1.SelectableField `json:"selectableFields"`
 }
 
 // Generate returns the CRD of every kind, validated, in schema.Kinds order.
@@ -48,13 +51,14 @@ func Generate(s *schema.Schema) ([]*apiextv1.CustomResourceDefinition, error) {
 		info := s.Lookup("#Kinds." + string(k))
 		var ki kindInfo
 		// Decode only the plain data: schema is a definition, not data.
-		for _, f := range []string{"plural", "singular", "shortNames", "printerColumns"} {
+		for _, f := range []string{"plural", "singular", "shortNames", "printerColumns", "selectableFields"} {
+			if !info.LookupPath(cue.ParsePath(f)).Exists() {
+				continue
+			}
 			b, err := info.LookupPath(cue.ParsePath(f)).MarshalJSON()
 			if err != nil {
 				return nil, fmt.Errorf("#Kinds.%s.%s: %w", k, f, err)
 			}
-			var part map[string]json.RawMessage
-			_ = part
 			if err := json.Unmarshal([]byte(`{"`+f+`":`+string(b)+`}`), &ki); err != nil {
 				return nil, fmt.Errorf("#Kinds.%s.%s: %w", k, f, err)
 			}
@@ -86,6 +90,7 @@ func Generate(s *schema.Schema) ([]*apiextv1.CustomResourceDefinition, error) {
 					Schema:                   &apiextv1.CustomResourceValidation{OpenAPIV3Schema: root},
 					Subresources:             &apiextv1.CustomResourceSubresources{Status: &apiextv1.CustomResourceSubresourceStatus{}},
 					AdditionalPrinterColumns: ki.PrinterColumns,
+					SelectableFields:         ki.SelectableFields,
 				}},
 			},
 		}

@@ -62,3 +62,21 @@ func TestKubectlExplainShowsFieldDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldSelectorByNode: the API server filters pools by spec.nodeName (a selectable
+// field of the CRD), which is how each agent lists and watches only its own node's pools.
+func TestFieldSelectorByNode(t *testing.T) {
+	requireCluster(t)
+	for _, n := range []string{"fs-a", "fs-b"} {
+		kubectl(t, poolYAML(n, "fs-class"), "apply", "-f", "-")
+		t.Cleanup(func() { _, _, _ = kubectlErr(t, "", "delete", "sandboxpool", "placeholder-"+n) })
+	}
+	out := kubectl(t, "", "get", "sandboxpools", "--field-selector", "spec.nodeName=fs-b", "-o", "name")
+	if strings.TrimSpace(out) != "sandboxpool.sandboxpool.agentcube.volcano.sh/placeholder-fs-b" {
+		t.Errorf("field selector spec.nodeName=fs-b returned %q, want only placeholder-fs-b", out)
+	}
+	out = kubectl(t, "", "get", "sandboxpools", "--field-selector", "spec.classRef.name=fs-class", "-o", "name")
+	if got := len(strings.Fields(out)); got != 2 {
+		t.Errorf("field selector spec.classRef.name=fs-class returned %d pools, want 2: %q", got, out)
+	}
+}
