@@ -141,23 +141,31 @@ func TestCRILifecycle(t *testing.T) {
 	}
 }
 
-// criPod runs one placeholder pod (sandbox + started container) and returns the sandbox ID.
-func criPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, handler string, n int, logDir string) (string, error) {
+// criPod runs one placeholder pod (sandbox + started container) and returns the sandbox ID
+// and how long each of the three calls took.
+func criPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, handler string, n int, logDir string) (string, [3]time.Duration, error) {
+	var took [3]time.Duration
 	pod := placeholderPod(fmt.Sprintf("placeholder-node-%d", n), fmt.Sprintf("uid-%d", n), filepath.Join(logDir, fmt.Sprint(n)))
+	start := time.Now()
 	runp, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod, RuntimeHandler: handler})
 	if err != nil {
-		return "", fmt.Errorf("RunPodSandbox: %w", err)
+		return "", took, fmt.Errorf("RunPodSandbox: %w", err)
 	}
+	took[0] = time.Since(start)
+	start = time.Now()
 	created, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId: runp.PodSandboxId, Config: placeholderContainer(), SandboxConfig: pod,
 	})
 	if err != nil {
-		return runp.PodSandboxId, fmt.Errorf("CreateContainer: %w", err)
+		return runp.PodSandboxId, took, fmt.Errorf("CreateContainer: %w", err)
 	}
+	took[1] = time.Since(start)
+	start = time.Now()
 	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		return runp.PodSandboxId, fmt.Errorf("StartContainer: %w", err)
+		return runp.PodSandboxId, took, fmt.Errorf("StartContainer: %w", err)
 	}
-	return runp.PodSandboxId, nil
+	took[2] = time.Since(start)
+	return runp.PodSandboxId, took, nil
 }
 
 // removePods stops and removes every pod sandbox (CRI stops their containers).

@@ -57,16 +57,28 @@ func TestShimFigures(t *testing.T) {
 
 	// CRI: the three calls kubelet makes to bring a placeholder pod up.
 	logDir := filepath.Join(e.ctd.Dir, "pods")
+	var phases strings.Builder
+	fmt.Fprintf(&phases, "\n| CRI call, p50 | RunPodSandbox | CreateContainer | StartContainer |\n|---|---|---|---|\n")
 	criRun := func(handler string) []time.Duration {
-		var d []time.Duration
+		var total []time.Duration
+		var calls [3][]time.Duration
 		for i := range figurePods {
-			start := time.Now()
-			if _, err := criPod(ctx, rt, handler, i, logDir); err != nil {
+			_, took, err := criPod(ctx, rt, handler, i, logDir)
+			if err != nil {
 				t.Fatalf("pod %d with handler %s: %v", i, handler, err)
 			}
-			d = append(d, time.Since(start))
+			total = append(total, took[0]+took[1]+took[2])
+			for c := range took {
+				calls[c] = append(calls[c], took[c])
+			}
 		}
-		return d
+		fmt.Fprintf(&phases, "| %s |", handler)
+		for c := range calls {
+			p50, _, _ := percentiles(calls[c])
+			fmt.Fprintf(&phases, " %s |", ms(p50))
+		}
+		phases.WriteString("\n")
+		return total
 	}
 	placeholderCRI := criRun(handlerPlaceholder)
 	placeholderMem := e.memory(t, "containerd-shim-placeholder-v2")
@@ -91,6 +103,7 @@ func TestShimFigures(t *testing.T) {
 		runcMem.pause = e.pauseMemory(t)
 	}
 
+	report.WriteString(phases.String())
 	fmt.Fprintf(&report, "\n| memory with %d pods running | shims | RSS per shim (median) | PSS per pod | RSS per pod |\n|---|---|---|---|---|\n", figurePods)
 	fmt.Fprintf(&report, "| placeholder shim | %d | %s | %s | %s |\n", placeholderMem.shims, mib(placeholderMem.medianRSS), mib(placeholderMem.pss/figurePods), mib(placeholderMem.rss/figurePods))
 	if runcNote == "" {
