@@ -68,11 +68,11 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	s := &service{
 		context:    ctx,
 		namespace:  ns,
-		publisher:  publisher,
 		shutdown:   sd,
 		agent:      agent,
 		events:     make(chan any, 128),
 		containers: make(map[string]*container),
+		creating:   make(map[string]struct{}),
 	}
 	go s.forward(ctx, publisher)
 	sd.RegisterCallback(s.onShutdown)
@@ -100,20 +100,19 @@ type container struct {
 type service struct {
 	context   context.Context // the shim's; outlives requests
 	namespace string
-	publisher shim.Publisher
 	shutdown  shutdown.Service
 	agent     Agent
 	events    chan any // to forward, in the order the state changed
 
-	// mu guards containers, the mutable fields of each container, last and
-	// shutdownNow; events are queued under it so they leave in state order.
+	// mu guards containers, creating, last and the mutable fields of each container;
+	// events are queued under it so they leave in the order of the state changes.
 	mu         sync.Mutex
 	containers map[string]*container
+	// creating holds the IDs whose Create waits for the agent: taken, not yet tasks.
+	creating map[string]struct{}
 	// last is the identity of the task most recently created or deleted: what the
 	// Shutdown notification names.
 	last *v1.Identity
-	// shutdownNow is set when the shim shuts down while it still has tasks.
-	shutdownNow bool
 }
 
 // RegisterTTRPC registers the task service with the shim's TTRPC server.
@@ -124,7 +123,7 @@ func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
 
 // Create records a synthetic task and tells the agent; the task exists for containerd
 // only once the agent has answered.
-func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *taskAPI.CreateTaskResponse, retErr error) {
+func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
 	if r.Checkpoint != "" {
 		return nil, errgrpc.ToGRPCf(errdefs.ErrNotImplemented, "placeholder tasks cannot be restored from a checkpoint")
 	}
@@ -141,20 +140,19 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		status:   task.Status_CREATED,
 	}
 
-	// Reserve the ID, so a second Create or a Shutdown meanwhile sees it.
+	// Take the ID while the agent is asked, so a second Create or a Shutdown sees it.
 	s.mu.Lock()
-	if _, ok := s.containers[r.ID]; ok {
+	_, exists := s.containers[r.ID]
+	if _, creating := s.creating[r.ID]; exists || creating {
 		s.mu.Unlock()
 		return nil, errgrpc.ToGRPCf(errdefs.ErrAlreadyExists, "task %s", r.ID)
 	}
-	s.containers[r.ID] = c
+	s.creating[r.ID] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
-		if retErr != nil {
-			s.mu.Lock()
-			delete(s.containers, r.ID)
-			s.mu.Unlock()
-		}
+		s.mu.Lock()
+		delete(s.creating, r.ID)
+		s.mu.Unlock()
 	}()
 
 	if c.io, err = openStdio(s.context, r.Stdin, r.Stdout, r.Stderr); err != nil {
@@ -167,6 +165,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	}
 
 	s.mu.Lock()
+	s.containers[r.ID] = c
 	s.last = c.identity
 	s.send(&eventstypes.TaskCreate{
 		ContainerID: r.ID,
@@ -323,7 +322,7 @@ func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*task
 // the remaining tasks exit first.
 func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*ptypes.Empty, error) {
 	s.mu.Lock()
-	if len(s.containers) > 0 && !r.Now {
+	if len(s.containers)+len(s.creating) > 0 && !r.Now {
 		s.mu.Unlock()
 		return empty, nil
 	}
@@ -337,17 +336,18 @@ func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*pt
 // process exits, and its in-memory state with it.
 func (s *service) onShutdown(ctx context.Context) error {
 	s.mu.Lock()
+	now := false // tasks were left
 	for _, c := range s.containers {
-		if !s.shutdownNow || c.identity.GetSandbox() {
+		if !now || c.identity.GetSandbox() {
 			s.last = c.identity // name the pod's sandbox when it is among them
 		}
-		s.shutdownNow = true
+		now = true
 		if c.status != task.Status_STOPPED {
 			s.exit(c, true)
 		}
 	}
 	// The stopped tasks stay until the process exits, for a late Wait or State.
-	req := &v1.ShutdownRequest{Identity: s.last, Now: s.shutdownNow}
+	req := &v1.ShutdownRequest{Identity: s.last, Now: now}
 	s.mu.Unlock()
 
 	fctx, cancel := context.WithTimeout(ctx, flushTimeout)

@@ -308,6 +308,10 @@ func TestCreateFailsWhenTheAgentRefuses(t *testing.T) {
 	if evs := f.pub.waitFor(t, 1); kinds(evs) != "TaskCreate" {
 		t.Errorf("events %q, want one TaskCreate (none for the refused attempt)", kinds(evs))
 	}
+	_, err = f.svc.Create(t.Context(), &taskAPI.CreateTaskRequest{ID: "sb", Bundle: f.bundle(t, "sb", nil)})
+	if !errdefs.IsAlreadyExists(errgrpc.ToNative(err)) {
+		t.Errorf("Create of an existing task = %v, want AlreadyExists", err)
+	}
 }
 
 func TestCreateFailsWhenTheAgentIsDown(t *testing.T) {
