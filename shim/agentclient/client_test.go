@@ -121,7 +121,7 @@ func TestCallsRedialAfterTheAgentRestarted(t *testing.T) {
 	if err := c.Delete(t.Context(), &v1.DeleteRequest{Identity: create("c1").Identity}); err != nil {
 		t.Fatalf("Delete after an agent restart: %v", err)
 	}
-	got := methods(a.CallsFor("c1"))
+	got := shimapitest.Methods(a.CallsFor("c1"))
 	if want := "Create Start Delete"; got != want {
 		t.Errorf("agent saw %q, want %q", got, want)
 	}
@@ -175,12 +175,4 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 		})
 	}
-}
-
-func methods(calls []shimapitest.Call) string {
-	var m []string
-	for _, c := range calls {
-		m = append(m, c.Method)
-	}
-	return strings.Join(m, " ")
 }

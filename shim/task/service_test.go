@@ -222,7 +222,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	calls := f.agent.CallsFor("sb")
-	if got, want := methodsOf(calls), "Create Start Delete Shutdown"; got != want {
+	if got, want := shimapitest.Methods(calls), "Create Start Delete Shutdown"; got != want {
 		t.Fatalf("agent saw %q, want %q", got, want)
 	}
 	id := calls[0].Identity
@@ -434,12 +434,4 @@ func TestPoolAnnotationsAreTheSchemas(t *testing.T) {
 		t.Errorf("shim reads %s and %s, the schema names %s and %s",
 			annotationPoolName, annotationPoolUID, v1alpha1.AnnotationPoolName, v1alpha1.AnnotationPoolUID)
 	}
-}
-
-func methodsOf(calls []shimapitest.Call) string {
-	var m []string
-	for _, c := range calls {
-		m = append(m, c.Method)
-	}
-	return strings.Join(m, " ")
 }

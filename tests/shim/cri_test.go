@@ -87,8 +87,8 @@ func TestCRILifecycle(t *testing.T) {
 	// What the agent learnt: the sandbox, then its container, both with the pod's identity.
 	e.waitAgent(t, shimapitest.MethodStart, cid)
 	sb, app := e.agent.CallsFor(podID), e.agent.CallsFor(cid)
-	if methods(sb) != "Create Start" || methods(app) != "Create Start" {
-		t.Fatalf("agent saw %q for the sandbox and %q for the container", methods(sb), methods(app))
+	if shimapitest.Methods(sb) != "Create Start" || shimapitest.Methods(app) != "Create Start" {
+		t.Fatalf("agent saw %q for the sandbox and %q for the container", shimapitest.Methods(sb), shimapitest.Methods(app))
 	}
 	for _, c := range []struct {
 		call    shimapitest.Call
@@ -129,10 +129,10 @@ func TestCRILifecycle(t *testing.T) {
 	}
 
 	e.waitAgent(t, shimapitest.MethodShutdown, podID)
-	if got := methods(e.agent.CallsFor(podID)); got != "Create Start Delete Shutdown" {
+	if got := shimapitest.Methods(e.agent.CallsFor(podID)); got != "Create Start Delete Shutdown" {
 		t.Errorf("agent saw %q for the sandbox", got)
 	}
-	if got := methods(e.agent.CallsFor(cid)); got != "Create Start Delete" {
+	if got := shimapitest.Methods(e.agent.CallsFor(cid)); got != "Create Start Delete" {
 		t.Errorf("agent saw %q for the container", got)
 	}
 	e.noShimsLeft(t)

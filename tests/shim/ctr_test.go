@@ -40,7 +40,7 @@ func TestCtrRunLifecycle(t *testing.T) {
 
 	e.waitAgent(t, shimapitest.MethodShutdown, "t1")
 	calls := e.agent.CallsFor("t1")
-	if got, want := methods(calls), "Create Start Delete Shutdown"; got != want {
+	if got, want := shimapitest.Methods(calls), "Create Start Delete Shutdown"; got != want {
 		t.Fatalf("agent saw %q, want %q", got, want)
 	}
 	for _, c := range calls {
@@ -141,7 +141,7 @@ func TestReconnectAfterContainerdRestart(t *testing.T) {
 	}
 	e.ctr(t, "task", "delete", "t4")
 	e.waitAgent(t, shimapitest.MethodShutdown, "t4")
-	if got, want := methods(e.agent.CallsFor("t4")), "Create Start Delete Shutdown"; got != want {
+	if got, want := shimapitest.Methods(e.agent.CallsFor("t4")), "Create Start Delete Shutdown"; got != want {
 		t.Errorf("agent saw %q, want %q", got, want)
 	}
 	e.noShimsLeft(t)
@@ -170,7 +170,7 @@ func TestShimKilled(t *testing.T) {
 	if !ok || !task.Started || task.Creates != 1 {
 		t.Fatalf("agent's view of t5 after the crash = %+v (present %v), want it as it was: started, one Create", task, ok)
 	}
-	if got := methods(e.agent.CallsFor("t5")); got != "Create Start" {
+	if got := shimapitest.Methods(e.agent.CallsFor("t5")); got != "Create Start" {
 		t.Fatalf("agent was told %q by a dead shim", got)
 	}
 
@@ -215,7 +215,7 @@ func TestAgentUnreachable(t *testing.T) {
 	if _, status := e.taskStatus(t, "t6"); status != "RUNNING" {
 		t.Fatalf("with the agent back: status %q, want RUNNING", status)
 	}
-	if got := methods(e.agent.CallsFor("t6")); got != "Create Start" {
+	if got := shimapitest.Methods(e.agent.CallsFor("t6")); got != "Create Start" {
 		t.Errorf("agent saw %q, want Create Start", got)
 	}
 	e.ctr(t, "task", "kill", "t6")
@@ -244,7 +244,7 @@ func TestFailpoints(t *testing.T) {
 		}
 		e.ctr(t, "task", "delete", "fk")
 		e.waitAgent(t, shimapitest.MethodShutdown, "fk")
-		if got := methods(e.agent.CallsFor("fk")); got != "Create Start Delete Shutdown" {
+		if got := shimapitest.Methods(e.agent.CallsFor("fk")); got != "Create Start Delete Shutdown" {
 			t.Errorf("agent saw %q", got)
 		}
 	})

@@ -119,7 +119,7 @@ func (e *env) waitAgent(t *testing.T, method, id string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := e.agent.WaitFor(ctx, shimapitest.Has(method, id)); err != nil {
-		t.Fatalf("agent never saw %s of %s (saw %s): %v", method, id, methods(e.agent.CallsFor(id)), err)
+		t.Fatalf("agent never saw %s of %s (saw %s): %v", method, id, shimapitest.Methods(e.agent.CallsFor(id)), err)
 	}
 }
 
@@ -151,16 +151,4 @@ func (e *env) onlyShim(t *testing.T) int {
 func (e *env) noShimsLeft(t *testing.T) {
 	t.Helper()
 	containerdtest.Poll(t, 10*time.Second, "shim processes exit", func() bool { return len(e.ctd.ShimPIDs()) == 0 })
-}
-
-func methods(calls []shimapitest.Call) string {
-	var m []string
-	for _, c := range calls {
-		s := c.Method
-		if c.Err != nil {
-			s += "(failed)"
-		}
-		m = append(m, s)
-	}
-	return strings.Join(m, " ")
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,6 +209,20 @@ func Has(method, containerID string) func([]Call) bool {
 		}
 		return false
 	}
+}
+
+// Methods lists the methods of calls in order, "(failed)" marking those the double
+// answered with an error: "Create Start Delete Shutdown".
+func Methods(calls []Call) string {
+	m := make([]string, 0, len(calls))
+	for _, c := range calls {
+		if c.Err != nil {
+			m = append(m, c.Method+"(failed)")
+		} else {
+			m = append(m, c.Method)
+		}
+	}
+	return strings.Join(m, " ")
 }
 
 // record answers one call: the next failure queued for method, or success and the
