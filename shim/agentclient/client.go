@@ -35,6 +35,9 @@ const (
 	// It stays well below kubelet's CRI timeout (2 min) and containerd's, so the failure
 	// reaches kubelet as the agent's, not as a timeout.
 	DefaultTimeout = 5 * time.Second
+	// DefaultCallTimeout bounds the wait for the answer to one Create or Start the agent
+	// received: it may be aligning node-ctl with the pool before it answers.
+	DefaultCallTimeout = 30 * time.Second
 	// NotifyTimeout bounds the single attempt of Delete and Shutdown.
 	NotifyTimeout = time.Second
 
@@ -46,8 +49,10 @@ const (
 type Config struct {
 	// Address of the agent's socket: a path or a unix:// URL.
 	Address string
-	// Timeout bounds the retries of Create and Start.
+	// Timeout bounds the retries of Create and Start while the agent is unreachable.
 	Timeout time.Duration
+	// CallTimeout bounds the wait for one answer; DefaultCallTimeout when zero.
+	CallTimeout time.Duration
 }
 
 // ConfigFromEnv reads the configuration from the shim's environment (set by containerd),
@@ -80,6 +85,9 @@ type Client struct {
 
 // New returns a client; it connects on first use.
 func New(cfg Config) *Client {
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
 	return &Client{cfg: cfg}
 }
 
@@ -132,26 +140,37 @@ func (c *Client) Close() error {
 
 type call func(context.Context, shimapi.Service) error
 
-// retry runs fn until it succeeds, fails with an answer from the agent, or c.cfg.Timeout
-// has passed with the agent unreachable.
+// retry runs fn until it succeeds, the agent answers otherwise, or c.cfg.Timeout has
+// passed with the agent unreachable. An agent that took the call gets c.cfg.CallTimeout
+// to answer it.
 func (c *Client) retry(ctx context.Context, method string, id *v1.Identity, fn call) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
+	giveUp := time.Now().Add(c.cfg.Timeout)
 	backoff := firstBackoff
 	for {
-		err := c.once(ctx, fn)
-		if err == nil {
+		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		err := c.once(callCtx, fn)
+		cancel()
+		switch {
+		case err == nil:
 			return nil
-		}
-		if !unreachable(err) {
+		case ctx.Err() != nil:
+			return fmt.Errorf("%s of %s to the placeholder agent at %s: %w", method, id.GetContainerId(), c.cfg.Address, ctx.Err())
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("placeholder agent at %s did not answer %s of %s within %s; kubelet will retry: %w",
+				c.cfg.Address, method, id.GetContainerId(), c.cfg.CallTimeout, errdefs.ErrUnavailable)
+		case !unreachable(err):
 			return fmt.Errorf("placeholder agent at %s refused %s of %s: %w", c.cfg.Address, method, id.GetContainerId(), err)
 		}
-		t := time.NewTimer(backoff)
+		wait := min(backoff, time.Until(giveUp))
+		if wait <= 0 {
+			return fmt.Errorf("placeholder agent at %s unreachable for %s, %s of %s not delivered (last error: %v); "+
+				"kubelet will retry: %w", c.cfg.Address, c.cfg.Timeout, method, id.GetContainerId(), err, errdefs.ErrUnavailable)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("placeholder agent at %s unreachable for %s, %s of %s not delivered (last error: %v); "+
-				"kubelet will retry: %w", c.cfg.Address, c.cfg.Timeout, method, id.GetContainerId(), err, errdefs.ErrUnavailable)
+			return fmt.Errorf("%s of %s to the placeholder agent at %s: %w", method, id.GetContainerId(), c.cfg.Address, ctx.Err())
 		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoff)
@@ -222,10 +241,10 @@ func connectionBroken(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// unreachable reports errors worth retrying: no agent listening, a broken connection, no
-// answer in time, or the agent saying it is not ready yet.
+// unreachable reports errors worth retrying: no agent listening, a broken connection, or
+// the agent saying it is not ready yet.
 func unreachable(err error) bool {
 	return connectionBroken(err) ||
 		errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, context.DeadlineExceeded) || errdefs.IsUnavailable(err)
+		errdefs.IsUnavailable(err)
 }

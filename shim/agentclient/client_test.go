@@ -140,6 +140,29 @@ func TestAnswersOfTheAgentAreNotRetried(t *testing.T) {
 	}
 }
 
+// An agent that took the call but does not answer fails it after the call timeout, with
+// no retry (the agent may be working on it), and the error says so.
+func TestCreateFailsWhenTheAgentDoesNotAnswer(t *testing.T) {
+	a := startAgent(t)
+	release := a.Hold(shimapitest.MethodCreate)
+	defer release()
+	c := agentclient.New(agentclient.Config{Address: a.Address(), Timeout: 5 * time.Second, CallTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	err := c.Create(t.Context(), create("c1"))
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "did not answer Create of c1 within 200ms") {
+		t.Fatalf("Create = %v, want Unavailable saying the agent did not answer", err)
+	}
+	release()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.WaitFor(ctx, shimapitest.Has(shimapitest.MethodCreate, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.CallsFor("c1")); n != 1 {
+		t.Errorf("agent received %d Creates, want 1 (no retry of a call it took)", n)
+	}
+}
+
 func TestNotificationsFailFastWhileTheAgentIsDown(t *testing.T) {
 	a := startAgent(t)
 	if err := a.Down(); err != nil {

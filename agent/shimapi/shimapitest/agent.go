@@ -60,7 +60,8 @@ type Agent struct {
 	tasks    map[string]*Task // by container ID
 	creates  map[string]int   // by container ID, never reset
 	failures map[string][]error
-	changed  chan struct{} // closed and replaced on every call
+	holds    map[string]chan struct{} // by method: closed on release
+	changed  chan struct{}            // closed and replaced on every call
 	serveErr error
 }
 
@@ -73,6 +74,7 @@ func Start(address string) (*Agent, error) {
 		tasks:    map[string]*Task{},
 		creates:  map[string]int{},
 		failures: map[string][]error{},
+		holds:    map[string]chan struct{}{},
 		changed:  make(chan struct{}),
 	}
 	if err := a.Up(); err != nil {
@@ -150,6 +152,37 @@ func (a *Agent) Fail(method string, n int, err error) {
 	defer a.mu.Unlock()
 	for range n {
 		a.failures[method] = append(a.failures[method], err)
+	}
+}
+
+// Hold makes calls of method wait until release is called (or their caller gives up)
+// before the double answers them: an agent busy with the call.
+func (a *Agent) Hold(method string) (release func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := make(chan struct{})
+	a.holds[method] = ch
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.holds[method] == ch {
+			delete(a.holds, method)
+			close(ch)
+		}
+	}
+}
+
+// hold waits while calls of method are held.
+func (a *Agent) hold(ctx context.Context, method string) {
+	a.mu.Lock()
+	ch := a.holds[method]
+	a.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
 	}
 }
 
@@ -258,18 +291,22 @@ func (a *Agent) record(method string, id *v1.Identity, req proto.Message) error 
 // service is the TTRPC face of the double.
 type service struct{ a *Agent }
 
-func (s *service) Create(_ context.Context, r *v1.CreateRequest) (*v1.CreateResponse, error) {
+func (s *service) Create(ctx context.Context, r *v1.CreateRequest) (*v1.CreateResponse, error) {
+	s.a.hold(ctx, MethodCreate)
 	return &v1.CreateResponse{}, s.a.record(MethodCreate, r.GetIdentity(), r)
 }
 
-func (s *service) Start(_ context.Context, r *v1.StartRequest) (*v1.StartResponse, error) {
+func (s *service) Start(ctx context.Context, r *v1.StartRequest) (*v1.StartResponse, error) {
+	s.a.hold(ctx, MethodStart)
 	return &v1.StartResponse{}, s.a.record(MethodStart, r.GetIdentity(), r)
 }
 
-func (s *service) Delete(_ context.Context, r *v1.DeleteRequest) (*v1.DeleteResponse, error) {
+func (s *service) Delete(ctx context.Context, r *v1.DeleteRequest) (*v1.DeleteResponse, error) {
+	s.a.hold(ctx, MethodDelete)
 	return &v1.DeleteResponse{}, s.a.record(MethodDelete, r.GetIdentity(), r)
 }
 
-func (s *service) Shutdown(_ context.Context, r *v1.ShutdownRequest) (*v1.ShutdownResponse, error) {
+func (s *service) Shutdown(ctx context.Context, r *v1.ShutdownRequest) (*v1.ShutdownResponse, error) {
+	s.a.hold(ctx, MethodShutdown)
 	return &v1.ShutdownResponse{}, s.a.record(MethodShutdown, r.GetIdentity(), r)
 }
