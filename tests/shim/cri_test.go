@@ -80,6 +80,11 @@ func TestCRILifecycle(t *testing.T) {
 	if err != nil || cs.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("ContainerStatus = %v, %v; want RUNNING", cs.GetStatus(), err)
 	}
+	// kubelet asks for container stats all the time; CRI gets them from the shim (Stats).
+	// (Pod sandbox stats come from the pod's cgroup, which kubelet creates, not the shim.)
+	if st, err := rt.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: cid}); err != nil || st.GetStats().GetAttributes().GetId() != cid {
+		t.Errorf("ContainerStats = %v, %v", st, err)
+	}
 	if shims := e.ctd.ShimPIDs(); len(shims) != 1 {
 		t.Errorf("the pod has %d shim processes (%v), want one for its sandbox and container", len(shims), shims)
 	}
