@@ -362,8 +362,9 @@ func (s *service) onShutdown(ctx context.Context) error {
 	return s.agent.Close()
 }
 
-// Stats returns empty cgroup metrics of the host's cgroup version: there is no cgroup, and
-// CRI asks on every exit (it reads the OOM counter), so "not implemented" would be logged.
+// Stats returns empty cgroup metrics of the host's cgroup version: there is no cgroup, but
+// CRI decodes these (kubelet's ContainerStats, its stats collector, the OOM check of an exit
+// with 137) and logs an error for "not implemented" or any other type.
 func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
 	if _, err := s.get(r.ID); err != nil {
 		return nil, err
