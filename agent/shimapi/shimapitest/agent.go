@@ -155,8 +155,9 @@ func (a *Agent) Fail(method string, n int, err error) {
 	}
 }
 
-// Hold makes calls of method wait until release is called (or their caller gives up)
-// before the double answers them: an agent busy with the call.
+// Hold makes calls of method wait until release is called before the double answers
+// them: an agent busy with the call. A call whose caller gives up meanwhile is recorded
+// with the caller's context error and answered with it.
 func (a *Agent) Hold(method string) (release func()) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -172,17 +173,20 @@ func (a *Agent) Hold(method string) (release func()) {
 	}
 }
 
-// hold waits while calls of method are held.
-func (a *Agent) hold(ctx context.Context, method string) {
+// hold waits while calls of method are held; it returns the context's error if the
+// caller gave up first.
+func (a *Agent) hold(ctx context.Context, method string) error {
 	a.mu.Lock()
 	ch := a.holds[method]
 	a.mu.Unlock()
 	if ch == nil {
-		return
+		return nil
 	}
 	select {
 	case <-ch:
+		return nil
 	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -258,13 +262,15 @@ func Methods(calls []Call) string {
 	return strings.Join(m, " ")
 }
 
-// record answers one call: the next failure queued for method, or success and the
-// change to the task view.
-func (a *Agent) record(method string, id *v1.Identity, req proto.Message) error {
+// record answers one call: the caller's context error if it gave up while the call was
+// held, else the next failure queued for method, else success and the change to the task
+// view.
+func (a *Agent) record(ctx context.Context, method string, id *v1.Identity, req proto.Message) error {
+	held := a.hold(ctx, method)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var err error
-	if q := a.failures[method]; len(q) > 0 {
+	err := held
+	if q := a.failures[method]; err == nil && len(q) > 0 {
 		err, a.failures[method] = q[0], q[1:]
 	}
 	a.calls = append(a.calls, Call{Method: method, Identity: id, Request: req, Err: err, At: time.Now()})
@@ -292,21 +298,17 @@ func (a *Agent) record(method string, id *v1.Identity, req proto.Message) error 
 type service struct{ a *Agent }
 
 func (s *service) Create(ctx context.Context, r *v1.CreateRequest) (*v1.CreateResponse, error) {
-	s.a.hold(ctx, MethodCreate)
-	return &v1.CreateResponse{}, s.a.record(MethodCreate, r.GetIdentity(), r)
+	return &v1.CreateResponse{}, s.a.record(ctx, MethodCreate, r.GetIdentity(), r)
 }
 
 func (s *service) Start(ctx context.Context, r *v1.StartRequest) (*v1.StartResponse, error) {
-	s.a.hold(ctx, MethodStart)
-	return &v1.StartResponse{}, s.a.record(MethodStart, r.GetIdentity(), r)
+	return &v1.StartResponse{}, s.a.record(ctx, MethodStart, r.GetIdentity(), r)
 }
 
 func (s *service) Delete(ctx context.Context, r *v1.DeleteRequest) (*v1.DeleteResponse, error) {
-	s.a.hold(ctx, MethodDelete)
-	return &v1.DeleteResponse{}, s.a.record(MethodDelete, r.GetIdentity(), r)
+	return &v1.DeleteResponse{}, s.a.record(ctx, MethodDelete, r.GetIdentity(), r)
 }
 
 func (s *service) Shutdown(ctx context.Context, r *v1.ShutdownRequest) (*v1.ShutdownResponse, error) {
-	s.a.hold(ctx, MethodShutdown)
-	return &v1.ShutdownResponse{}, s.a.record(MethodShutdown, r.GetIdentity(), r)
+	return &v1.ShutdownResponse{}, s.a.record(ctx, MethodShutdown, r.GetIdentity(), r)
 }
