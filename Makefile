@@ -129,6 +129,15 @@ bench: tools ## Run the benchmarks and print their figures (recorded in docs/ben
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./policy/ | tee _output/bench-policy.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./webhook/ | tee _output/bench-webhook.txt
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/ | tee _output/bench-admission.txt
+	$(MAKE) --no-print-directory bench-operator
+
+BENCH_SIZES ?= 1000,5000
+
+.PHONY: bench-operator
+bench-operator: tools ## Fan-out vs a plain create loop, controller CPU/RSS, phase lag at BENCH_SIZES nodes.
+	@mkdir -p _output
+	$(TEST_ENV) SANDBOXPOOL_BENCH=1 SANDBOXPOOL_BENCH_SIZES=$(BENCH_SIZES) $(GO) test -count=1 -v -timeout 60m \
+		-run TestOperatorScale ./tests/scale/ | tee _output/bench-operator.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
 
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 

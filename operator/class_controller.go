@@ -87,12 +87,16 @@ type ClassReconciler struct {
 	// MaxConcurrentReconciles is the number of classes reconciled at once.
 	MaxConcurrentReconciles int
 
-	mu sync.Mutex // guards the two maps below
+	mu sync.Mutex // guards the maps below
 	// fanoutSince is when a class's current generation was first seen out of sync.
 	fanoutSince map[string]fanoutStart
 	// conflicted is the set of conflicting nodes last reported per class, so an event is
 	// emitted once per new conflict rather than on every pass.
 	conflicted map[string]map[string]bool
+	// firstBatch is the batch a class's next creates start with: 1 after an error (or at
+	// first), else twice the last batch that fully succeeded, up to the burst cap. A fan-out
+	// larger than the cap so does not restart its slow start at 1 every pass.
+	firstBatch map[string]int
 }
 
 type fanoutStart struct {
@@ -349,7 +353,7 @@ func (r *ClassReconciler) createPools(ctx context.Context, class *v1alpha1.Sandb
 		conflicts []nodeConflict
 		created   int
 	)
-	_, err := slowStartBatch(len(nodes), slowStartInitialBatch, func(i int) error {
+	_, lastOK, err := slowStartBatch(len(nodes), r.startBatch(class.Name), func(i int) error {
 		pool := newPool(class, nodes[i], snap)
 		err := r.Client.Create(ctx, pool, client.FieldOwner(v1alpha1.FieldManagerController))
 		if err == nil {
@@ -370,7 +374,26 @@ func (r *ClassReconciler) createPools(ctx context.Context, class *v1alpha1.Sandb
 		mu.Unlock()
 		return nil
 	})
+	r.mu.Lock()
+	if r.firstBatch == nil {
+		r.firstBatch = map[string]int{}
+	}
+	if err != nil || lastOK == 0 {
+		delete(r.firstBatch, class.Name)
+	} else {
+		r.firstBatch[class.Name] = min(2*lastOK, r.burst())
+	}
+	r.mu.Unlock()
 	return created, conflicts, err
+}
+
+func (r *ClassReconciler) startBatch(class string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.firstBatch[class]; b > 0 {
+		return b
+	}
+	return slowStartInitialBatch
 }
 
 // reportConflicts emits a Warning event for each conflicting node not reported before.
@@ -414,6 +437,7 @@ func (r *ClassReconciler) forget(class string) {
 	r.mu.Lock()
 	delete(r.fanoutSince, class)
 	delete(r.conflicted, class)
+	delete(r.firstBatch, class)
 	r.mu.Unlock()
 	forgetClassMetrics(class)
 }

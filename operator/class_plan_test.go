@@ -134,7 +134,7 @@ func TestSlowStartBatch(t *testing.T) {
 		var calls atomic.Int32
 		var mu sync.Mutex
 		var batchOf []int
-		ok, err := slowStartBatch(tc.count, 1, func(i int) error {
+		ok, _, err := slowStartBatch(tc.count, 1, func(i int) error {
 			calls.Add(1)
 			mu.Lock()
 			batchOf = append(batchOf, i)
@@ -227,4 +227,23 @@ func TestBuildSnapshot(t *testing.T) {
 
 func timeDuration(minutes float64) time.Duration {
 	return time.Duration(minutes * float64(time.Minute))
+}
+
+func TestSlowStartBatchFromInitialAndLastBatch(t *testing.T) {
+	var calls atomic.Int32
+	ok, last, err := slowStartBatch(20, 4, func(int) error { calls.Add(1); return nil })
+	// Batches 4, 8, 8 (the rest): the last full batch is 8.
+	if ok != 20 || last != 8 || err != nil || calls.Load() != 20 {
+		t.Errorf("ok %d last %d err %v calls %d; want 20, 8, nil, 20", ok, last, err, calls.Load())
+	}
+	ok, last, err = slowStartBatch(20, 1, func(i int) error {
+		if i == 5 {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	// Batches 1, 2 succeed; the batch of 4 (3..6) fails at 5.
+	if ok != 6 || last != 2 || err == nil {
+		t.Errorf("ok %d last %d err %v; want 6, 2, an error", ok, last, err)
+	}
 }

@@ -92,7 +92,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.FinalizerTimeout, "finalizer-timeout", o.FinalizerTimeout, "How long a deleted pool waits for its mirror pod before its finalizer is removed anyway (with a Warning event).")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "Pools (and, separately, classes) reconciled at once.")
 	fs.IntVar(&o.BurstCreates, "burst-creates", o.BurstCreates, "Most pools one class reconcile creates (in slow-start batches 1, 2, 4, …); the rest follow.")
-	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the API server (client-side limit; a fan-out to N nodes needs about N requests).")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the API server (client-side limit, for each of the two controllers: the class controller's creates and the pool controller's status writes do not share it).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests to the API server above --kube-api-qps.")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of /metrics (\"0\" disables).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "Address of /healthz and /readyz (\"0\" disables).")
@@ -216,8 +216,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the class controller: %w", err)
 	}
+	// The pool controller writes with its own client, so its own client-side rate limit:
+	// the first status of each new pool must not halve the speed of a fan-out's creates.
+	poolClient, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	if err != nil {
+		return fmt.Errorf("creating the pool controller's client: %w", err)
+	}
 	if err := (&PoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec, Clock: o.Clock, LeaseNamespace: o.LeaseNamespace,
+		Client: poolClient, APIReader: mgr.GetAPIReader(), Recorder: rec, Clock: o.Clock, LeaseNamespace: o.LeaseNamespace,
 		LeaseTTL: o.LeaseTTL, NodeCtlUnreadyAfter: o.NodeCtlUnreadyAfter, FinalizerTimeout: o.FinalizerTimeout,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {

@@ -1,0 +1,383 @@
+// Package scale measures the controller on a real etcd + kube-apiserver at sizes a unit
+// test cannot: fan-out time against a plain client-go create loop, the controller's CPU and
+// RSS, and the phase lag. It prints figures; it asserts only correctness (every pool
+// created), never a timing. Run it with `make bench-operator` (SANDBOXPOOL_BENCH=1).
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/operator"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// BenchEnv turns the scale runs on; they take minutes.
+const BenchEnv = "SANDBOXPOOL_BENCH"
+
+const (
+	controllerUser = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
+	// clientQPS is the client-side limit of both the controller and the plain create loop.
+	clientQPS, clientBurst = 200, 400
+	// loopWorkers is the plain loop's concurrency (the controller's slow start reaches the
+	// burst cap, 250, but the shared QPS limit is what bounds both).
+	loopWorkers = 64
+)
+
+func sizes(t *testing.T) []int {
+	s := os.Getenv("SANDBOXPOOL_BENCH_SIZES")
+	if s == "" {
+		s = "1000,5000"
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("SANDBOXPOOL_BENCH_SIZES: %q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func TestOperatorScale(t *testing.T) {
+	if os.Getenv(BenchEnv) == "" {
+		t.Skipf("set %s=1 to run the scale measurements (make bench-operator)", BenchEnv)
+	}
+	if why := framework.Unavailable(); why != "" {
+		t.Fatal(why)
+	}
+	for _, n := range sizes(t) {
+		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) { measure(t, n) })
+	}
+}
+
+type env struct {
+	cp     *framework.ControlPlane
+	admin  client.WithWatch // unthrottled
+	scheme *runtime.Scheme
+	dir    string
+}
+
+func start(t *testing.T) *env {
+	cp, err := framework.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	s, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS = -1
+	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
+		t.Fatalf("deploy/rbac: %v: %s", err, stderr)
+	}
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultLeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sandboxpool-scale-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return &env{cp: cp, admin: admin, scheme: s, dir: dir}
+}
+
+// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
+func parallel(n, workers int, fn func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	next := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func nodeName(i int) string { return fmt.Sprintf("scale-node-%05d", i) }
+
+func measure(t *testing.T, n int) {
+	e := start(t)
+	ctx := context.Background()
+	if err := parallel(n, 32, func(i int) error {
+		return e.admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i), Labels: map[string]string{"pool": "scale"}}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. The physical limit: a plain create loop of the same objects at the same client QPS.
+	loopCfg := rest.CopyConfig(e.cp.Config)
+	loopCfg.QPS, loopCfg.Burst = clientQPS, clientBurst
+	loop, err := client.New(loopCfg, client.Options{Scheme: e.scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	began := time.Now()
+	if err := parallel(n, loopWorkers, func(i int) error {
+		return loop.Create(ctx, &v1alpha1.SandboxPool{
+			ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(nodeName(i))},
+			Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "plain"}, NodeName: nodeName(i), ResourcePolicy: policy},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	plain := time.Since(began)
+	if err := e.admin.DeleteAllOf(ctx, &v1alpha1.SandboxPool{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, e, 0, 2*time.Minute)
+
+	// 2. The controller, as its own process with its own identity and RBAC.
+	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := e.cp.KubeconfigFor(e.dir, controllerUser, "system:serviceaccounts", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := framework.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		fmt.Sprintf("--kube-api-qps=%d", clientQPS), fmt.Sprintf("--kube-api-burst=%d", clientBurst))
+	// Let it start and sync its caches (N nodes) before the clock starts.
+	time.Sleep(5 * time.Second) // start-up, not a synchronisation: the watch below decides
+	idleBefore := sample(t, proc.Pid())
+	w, err := e.admin.Watch(ctx, &v1alpha1.SandboxPoolList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	before := sample(t, proc.Pid())
+	class := &v1alpha1.SandboxPoolClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "scale"},
+		Spec: v1alpha1.SandboxPoolClassSpec{
+			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"pool": "scale"}},
+			ResourcePolicy: policy,
+		},
+	}
+	began = time.Now()
+	if err := e.admin.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	deadline := time.After(10 * time.Minute)
+	for len(seen) < n {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Added {
+				seen[ev.Object.(*v1alpha1.SandboxPool).Name] = true
+			}
+		case <-deadline:
+			t.Fatalf("only %d of %d pools after 10 min", len(seen), n)
+		}
+	}
+	fanout := time.Since(began)
+	during := sample(t, proc.Pid())
+
+	// Let the pool controller settle (every pool Pending), then measure idle.
+	waitSettled(t, e, n)
+	settled := sample(t, proc.Pid())
+	time.Sleep(30 * time.Second) // the idle period under observation
+	idle := sample(t, proc.Pid())
+
+	lags := phaseLag(t, e, 50)
+
+	t.Logf("FIGURE nodes=%d plain-create-loop=%s controller-fanout=%s ratio=%.2f (client QPS %d burst %d)",
+		n, plain.Round(time.Millisecond), fanout.Round(time.Millisecond), fanout.Seconds()/plain.Seconds(), clientQPS, clientBurst)
+	t.Logf("FIGURE nodes=%d controller idle-before-class rss=%dMiB; during fan-out cpu=%.2f cores rss=%dMiB peak-rss=%dMiB; idle with %d pools cpu=%.3f cores rss=%dMiB",
+		n, idleBefore.rssKiB/1024, during.cpuSince(before), during.rssKiB/1024, idle.hwmKiB/1024, n, idle.cpuSince(settled), idle.rssKiB/1024)
+	t.Logf("FIGURE nodes=%d phase-lag p50=%s p99=%s max=%s over %d condition changes",
+		n, pct(lags, 50), pct(lags, 99), pct(lags, 100), len(lags))
+}
+
+func waitCount(t *testing.T, e *env, want int, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for {
+		var l metav1.PartialObjectMetadataList
+		l.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolList"))
+		if err := e.admin.List(context.Background(), &l); err == nil && len(l.Items) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool count did not reach %d within %s", want, within)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+// waitSettled waits until the class counts every pool and no pool lacks a phase.
+func waitSettled(t *testing.T, e *env, n int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var pools v1alpha1.SandboxPoolList
+		if err := e.admin.List(context.Background(), &pools); err != nil {
+			t.Fatal(err)
+		}
+		phased := 0
+		for _, p := range pools.Items {
+			if p.Status.Phase != "" {
+				phased++
+			}
+		}
+		var c v1alpha1.SandboxPoolClass
+		_ = e.admin.Get(context.Background(), types.NamespacedName{Name: "scale"}, &c)
+		if phased == n && c.Status.TotalSandboxPools == int32(n) && c.Status.NotReadySandboxPools == int32(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled: %d of %d pools have a phase; class %+v", phased, n, c.Status)
+		}
+		time.Sleep(500 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+// phaseLag flips the agent's PlaceholderPodReady condition on k pools (with fresh Leases) and
+// measures how long until the controller's phase follows, from a watch.
+func phaseLag(t *testing.T, e *env, k int) []time.Duration {
+	ctx := context.Background()
+	now := metav1.NewMicroTime(time.Now())
+	var pools []string
+	for i := range k {
+		p := naming.PoolName(nodeName(i))
+		pools = append(pools, p)
+		// A Lease valid for the whole measurement (the default TTL is 40 s).
+		if err := e.admin.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultLeaseNamespace, Name: p},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &now}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lags []time.Duration
+	for round, status := range []string{"True", "False", "True", "False"} {
+		want := v1alpha1.PhaseReady
+		if status == "False" {
+			want = v1alpha1.PhaseUnready
+		}
+		for _, p := range pools {
+			lag := flipAndWait(t, e, p, status, want)
+			if round > 0 { // the first round includes the Lease's first reconcile
+				lags = append(lags, lag)
+			}
+		}
+	}
+	slices.Sort(lags)
+	return lags
+}
+
+func flipAndWait(t *testing.T, e *env, pool, status string, want v1alpha1.SandboxPoolPhase) time.Duration {
+	ctx := context.Background()
+	w, err := e.admin.Watch(ctx, &v1alpha1.SandboxPoolList{}, client.MatchingFields{"metadata.name": pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	cond := func(typ string) map[string]any { return framework.Condition(typ, status, "Bench") }
+	ok := func(typ string) map[string]any { return framework.Condition(typ, "True", "Bench") }
+	patch := framework.PoolStatus(pool, map[string]any{"conditions": []any{
+		cond(v1alpha1.ConditionPlaceholderPodReady), ok(v1alpha1.ConditionNodeCtlHealthy), ok(v1alpha1.ConditionResourceSynced)}})
+	began := time.Now()
+	if err := e.admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if p, isPool := ev.Object.(*v1alpha1.SandboxPool); isPool && p.Status.Phase == want {
+				return time.Since(began)
+			}
+		case <-timeout:
+			t.Fatalf("pool %s did not become %s within a minute", pool, want)
+		}
+	}
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)].Round(100 * time.Microsecond)
+}
+
+// usage is a process's CPU time and memory at one moment, from /proc.
+type usage struct {
+	at             time.Time
+	cpu            time.Duration
+	rssKiB, hwmKiB int
+}
+
+func (u usage) cpuSince(b usage) float64 { return (u.cpu - b.cpu).Seconds() / u.at.Sub(b.at).Seconds() }
+
+func sample(t *testing.T, pid int) usage {
+	u := usage{at: time.Now()}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command name (which may hold spaces) start at ") ".
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	const clockTicks = 100 // USER_HZ on Linux
+	u.cpu = time.Duration(ut+st) * time.Second / clockTicks
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.SplitSeq(string(status), "\n") {
+		var v int
+		if _, err := fmt.Sscanf(l, "VmRSS: %d kB", &v); err == nil {
+			u.rssKiB = v
+		}
+		if _, err := fmt.Sscanf(l, "VmHWM: %d kB", &v); err == nil {
+			u.hwmKiB = v
+		}
+	}
+	return u
+}
