@@ -252,8 +252,16 @@ func (r *ClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if syncErr != nil && !res.permanent {
 		return ctrl.Result{}, syncErr
 	}
-	return ctrl.Result{Requeue: res.more}, nil
+	if res.more {
+		// Continue soon, outside the failure backoff (Requeue: true would grow the delay
+		// with every pass of a large fan-out).
+		return ctrl.Result{RequeueAfter: continueFanOutAfter}, nil
+	}
+	return ctrl.Result{}, nil
 }
+
+// continueFanOutAfter is when a class whose creates hit the burst cap is reconciled again.
+const continueFanOutAfter = 10 * time.Millisecond
 
 // syncResult is what one sync pass did and found.
 type syncResult struct {

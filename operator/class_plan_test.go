@@ -232,17 +232,24 @@ func timeDuration(minutes float64) time.Duration {
 func TestSlowStartBatchFromInitialAndLastBatch(t *testing.T) {
 	var calls atomic.Int32
 	ok, last, err := slowStartBatch(20, 4, func(int) error { calls.Add(1); return nil })
-	// Batches 4, 8, 8 (the rest): the last full batch is 8.
+	// Batches 4, 8, 8 (the rest): the largest is 8.
 	if ok != 20 || last != 8 || err != nil || calls.Load() != 20 {
 		t.Errorf("ok %d last %d err %v calls %d; want 20, 8, nil, 20", ok, last, err, calls.Load())
 	}
+	// Batches 4, 8 and the remaining 9: the largest full batch, not the remainder.
+	if ok, last, _ := slowStartBatch(21, 4, func(int) error { return nil }); ok != 21 || last != 9 {
+		t.Errorf("ok %d last %d; want 21, 9", ok, last)
+	}
+	if ok, last, _ := slowStartBatch(13, 4, func(int) error { return nil }); ok != 13 || last != 8 { // 4, 8, then 1
+		t.Errorf("ok %d last %d; want 13, 8", ok, last)
+	}
+	// Batches 1, 2 succeed; the batch of 4 (3..6) fails at 5.
 	ok, last, err = slowStartBatch(20, 1, func(i int) error {
 		if i == 5 {
 			return errors.New("boom")
 		}
 		return nil
 	})
-	// Batches 1, 2 succeed; the batch of 4 (3..6) fails at 5.
 	if ok != 6 || last != 2 || err == nil {
 		t.Errorf("ok %d last %d err %v; want 6, 2, an error", ok, last, err)
 	}

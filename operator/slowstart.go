@@ -13,7 +13,7 @@ const slowStartInitialBatch = 1
 // DaemonSet and ReplicaSet controllers' slow start from 1). The calls of one batch run
 // concurrently; a batch with any error ends the run, so a systematic failure (quota, webhook
 // down, RBAC) costs one call instead of count. It returns how many calls succeeded, the size
-// of the last batch that fully succeeded (0 if none), and the errors.
+// of the largest batch that fully succeeded (0 if none), and the errors.
 func slowStartBatch(count, initial int, fn func(i int) error) (int, int, error) {
 	done, lastOK := 0, 0
 	for batch := min(count, initial); batch > 0; batch = min(2*batch, count-done) {
@@ -38,7 +38,7 @@ func slowStartBatch(count, initial int, fn func(i int) error) (int, int, error) 
 		if len(errs) > 0 {
 			return done, lastOK, utilerrors.NewAggregate(errs)
 		}
-		lastOK = batch
+		lastOK = max(lastOK, batch)
 	}
 	return done, lastOK, nil
 }
