@@ -42,6 +42,18 @@ const (
 // pool, in a namespace of the operator's choosing (Leases are namespaced).
 const DefaultLeaseNamespace = "sandbox-pool-system"
 
+// The placeholder pod (SPEC §3.5): a static pod the node's placeholder-agent writes into
+// kubelet's manifest directory. kubelet names its mirror pod PlaceholderPodName + "-" +
+// the node name; with one pool per node that name is unique.
+const (
+	// PlaceholderPodName is metadata.name of every placeholder static pod.
+	PlaceholderPodName = "sandbox-pool"
+	// DefaultPodNamespace is the namespace of the placeholder pods unless the agent is told
+	// otherwise. kubelet runs a static pod whatever its namespace, but creates its mirror pod
+	// only when the namespace exists.
+	DefaultPodNamespace = "sandbox-pool-system"
+)
+
 // Server-side apply field managers: the two writers of SandboxPool status (SPEC §4).
 const (
 	FieldManagerAgent      = "placeholder-agent"
