@@ -80,3 +80,12 @@ func AuditEvents(path string, from, to time.Time) ([]AuditEvent, error) {
 	}
 	return out, sc.Err()
 }
+
+// WithNodeAuthorizer runs the API server with the Node authorizer before RBAC, as real
+// clusters do: a node identity (system:node:<name> in system:nodes) may read the pods bound
+// to its node, which is how the placeholder agent reads its mirror pod.
+func WithNodeAuthorizer() Option {
+	return func(env *envtest.Environment, _ string) {
+		env.ControlPlane.GetAPIServer().Configure().Set("authorization-mode", "Node,RBAC")
+	}
+}

@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/nodectl/api"
+	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Agent is one node's placeholder-agent. Build it with New and run it with Run.
+type Agent struct {
+	cfg      *rest.Config
+	opts     Options
+	mgr      manager.Manager
+	client   client.Client // pools and pods from the node-scoped cache; Leases uncached
+	reader   client.Reader // the API server, uncached
+	recorder recorder.EventRecorder
+	schema   *schema.Schema
+	nodectl  *nodectl.Client
+	// triggers re-run the pool reconcile from outside the informers: node-ctl polls,
+	// manifest file events and shim calls. The object's name is the pool's name.
+	triggers chan event.GenericEvent
+
+	// syncMu serialises sync passes: the reconciler's and the shim's Create.
+	syncMu sync.Mutex
+
+	mu sync.Mutex // guards the fields below
+	// nc is the last node-ctl poll.
+	nc nodeCtlView
+	// shim is what the placeholder shim told about each pool's pod, since this agent started.
+	shim map[string]shimState
+	// reported is the last status applied per pool (volatile fields zeroed), for "write only
+	// when a field changed".
+	reported map[string]reportedStatus
+	// deferredSince is when the current deferral of each pool's downscale began; warned
+	// whether its Warning event has been emitted.
+	deferredSince map[string]time.Time
+	warned        map[string]bool
+	// stopped records the pool UIDs for which node-ctl has been stopped.
+	stopped map[types.UID]bool
+	// lastRestart rate-limits the node-ctl restart fallback.
+	lastRestart time.Time
+	// leases caches the pools' Leases for renewals without a GET.
+	leases map[string]*coordinationv1.Lease
+}
+
+// nodeCtlView is the agent's knowledge of node-ctl from its last poll.
+type nodeCtlView struct {
+	Polled    bool
+	Healthy   bool
+	Err       string
+	DownSince *time.Time
+	LastOK    time.Time
+	State     *api.State
+}
+
+// shimState is what the shim reported about a pool's pod.
+type shimState struct {
+	PodUID  string
+	Started bool
+}
+
+// reportedStatus is the key of the last applied status and the memory figure it carried.
+type reportedStatus struct {
+	key       string
+	allocated int64
+}
+
+// Scheme has the types the agent reads and writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// New checks the options and compiles the schema; Run does the rest.
+func New(cfg *rest.Config, o Options) (*Agent, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	sch, err := schema.Compiled()
+	if err != nil {
+		return nil, fmt.Errorf("compiling the CUE schema: %w", err)
+	}
+	return &Agent{
+		cfg: cfg, opts: o, schema: sch,
+		nodectl:  nodectl.New(o.NodeCtlSocket),
+		triggers: make(chan event.GenericEvent, 64),
+		shim:     map[string]shimState{}, reported: map[string]reportedStatus{},
+		deferredSince: map[string]time.Time{}, warned: map[string]bool{},
+		stopped: map[types.UID]bool{}, leases: map[string]*coordinationv1.Lease{},
+	}, nil
+}
+
+// newManager builds a controller-runtime manager whose cache holds only this node's pools
+// (field selector spec.nodeName, filtered by the API server) and its placeholder pods, with
+// /healthz, /readyz and /metrics. It needs the API server (to map the kinds).
+func (a *Agent) newManager() error {
+	o := a.opts
+	s, err := Scheme()
+	if err != nil {
+		return err
+	}
+	hasPool, err := labels.NewRequirement(v1alpha1.LabelPoolName, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	onNode := fields.OneTermEqualSelector("spec.nodeName", o.NodeName)
+	mgr, err := ctrl.NewManager(a.cfg, ctrl.Options{
+		Scheme:                 s,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress: o.HealthzAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.SandboxPool{}: {Field: onNode},
+			&corev1.Pod{}:           {Field: onNode, Label: labels.NewSelector().Add(*hasPool)},
+		}},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}}}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	a.mgr, a.client, a.reader = mgr, mgr.GetClient(), mgr.GetAPIReader()
+	a.recorder = mgr.GetEventRecorder(v1alpha1.FieldManagerAgent)
+	return a.setup()
+}
+
+func (a *Agent) setup() error {
+	mgr := a.mgr
+	byPoolAnnotation := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+		if pool := o.GetAnnotations()[v1alpha1.AnnotationPoolName]; pool != "" {
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: pool}}}
+		}
+		return nil
+	})
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("placeholder-agent").
+		For(&v1alpha1.SandboxPool{}).
+		Watches(&corev1.Pod{}, byPoolAnnotation).
+		WatchesRawSource(source.Channel(a.triggers, &handler.EnqueueRequestForObject{})).
+		// One pass at a time (a node has one pool). Name validation is skipped because tests
+		// run several agents in one process; a real agent runs one controller.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
+		Complete(reconcile.Func(a.reconcile))
+	if err != nil {
+		return fmt.Errorf("setting up the pool reconciler: %w", err)
+	}
+	for _, r := range []manager.RunnableFunc{a.pollNodeCtl, a.renewLeases, a.watchManifests, a.serveShim} {
+		if err := mgr.Add(r); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("cache", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	})
+}
+
+// Run cleans up orphaned manifests (once, at start; SPEC §3.5), then runs the agent until
+// ctx ends. The cleanup asks the API server about each file and keeps every file it cannot
+// ask about, so an agent started while the API server is down removes nothing.
+func (a *Agent) Run(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithValues("node", a.opts.NodeName)
+	ctx = logf.IntoContext(ctx, log)
+	s, err := Scheme()
+	if err != nil {
+		return err
+	}
+	direct, err := client.New(a.cfg, client.Options{Scheme: s})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	report, err := manifest.CleanupOrphans(ctx, a.opts.ManifestDir, func(ctx context.Context, name string) (string, error) {
+		var p v1alpha1.SandboxPool
+		if err := direct.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return "", err
+		}
+		return string(p.UID), nil
+	})
+	if err != nil {
+		log.Error(err, "orphan cleanup")
+	}
+	logOrphanReport(log, report)
+	if err := a.newManager(); err != nil {
+		return err
+	}
+	return a.mgr.Start(ctx)
+}
+
+// trigger re-runs the reconcile of a pool.
+func (a *Agent) trigger(pool string) {
+	obj := &v1alpha1.SandboxPool{}
+	obj.Name = pool
+	select {
+	case a.triggers <- event.GenericEvent{Object: obj}:
+	default:
+		// The channel is full: passes are queued anyway and each pass reads everything.
+	}
+}
+
+// triggerAll re-runs the reconcile of every pool of the node.
+func (a *Agent) triggerAll(ctx context.Context) {
+	var pools v1alpha1.SandboxPoolList
+	if err := a.client.List(ctx, &pools); err != nil {
+		return
+	}
+	for _, p := range pools.Items {
+		a.trigger(p.Name)
+	}
+}
+
+// pool reads a pool of this node from the cache (which holds only this node's pools).
+func (a *Agent) pool(ctx context.Context, name string) (*v1alpha1.SandboxPool, error) {
+	var p v1alpha1.SandboxPool
+	if err := a.client.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		return nil, err
+	}
+	if p.Spec.NodeName != a.opts.NodeName {
+		return nil, apierrors.NewNotFound(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceSandboxPools).GroupResource(), name)
+	}
+	return &p, nil
+}

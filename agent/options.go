@@ -1,0 +1,140 @@
+// Package agent is placeholder-agent, the node execution layer (SPEC §3.5): on each node it
+// renders the static placeholder pod of the node's SandboxPool, keeps it there, drives
+// node-ctl through staged resizes, renews the pool's Lease and reports status.
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"k8s.io/utils/clock"
+)
+
+// Options configure the agent. AddFlags binds every field to a flag; DefaultOptions has the
+// defaults.
+type Options struct {
+	// NodeName is this node (required).
+	NodeName string
+	// ManifestDir is kubelet's static pod directory.
+	ManifestDir string
+	// PodNamespace is the namespace of the placeholder pod.
+	PodNamespace string
+	// PauseImage is the placeholder pod's image.
+	PauseImage string
+	// NetnsEnabled gives the placeholder pod its own network namespace (alpha).
+	NetnsEnabled bool
+	// NodeCtlSocket and NodeCtlConfig: node-ctl's socket and the config file the agent writes.
+	NodeCtlSocket, NodeCtlConfig string
+	// NodeCtlRestartCommand restarts node-ctl when a reload gets no answer;
+	// NodeCtlStopCommand stops it when the pool is really gone. Run with sh -c, with
+	// NODECTL_PID set when known. Empty disables.
+	NodeCtlRestartCommand, NodeCtlStopCommand string
+	// NodeCtlPollInterval is how often node-ctl's health and state are read.
+	NodeCtlPollInterval time.Duration
+	// LeaseNamespace, LeaseRenewInterval and LeaseTTL: the pool's Lease.
+	LeaseNamespace     string
+	LeaseRenewInterval time.Duration
+	LeaseTTL           time.Duration
+	// ManifestVerifyInterval re-checks the manifests even without a file system event.
+	ManifestVerifyInterval time.Duration
+	// Watermark is the share of a smaller memory size usage may reach for a downscale.
+	Watermark float64
+	// DeferredWarningAfter: a downscale deferred this long gets a Warning event.
+	DeferredWarningAfter time.Duration
+	// ShimAddress is the unix socket the agent serves the placeholder shim on.
+	ShimAddress string
+	// HealthzAddr serves /healthz and /readyz, MetricsAddr /metrics ("0" disables).
+	HealthzAddr, MetricsAddr string
+	// Version is reported in status.placeholderAgent.version.
+	Version string
+	// Clock is the time source (tests inject a fake one).
+	Clock clock.Clock
+}
+
+// DefaultOptions are the flags' defaults.
+func DefaultOptions() Options {
+	return Options{
+		ManifestDir:            "/etc/kubernetes/manifests",
+		PodNamespace:           v1alpha1.DefaultPodNamespace,
+		PauseImage:             "registry.k8s.io/pause:3.10",
+		NodeCtlSocket:          "/run/sandbox-pool/node-ctl.sock",
+		NodeCtlConfig:          "/etc/sandbox-pool/node-ctl.json",
+		NodeCtlRestartCommand:  "systemctl restart node-ctl.service",
+		NodeCtlStopCommand:     "systemctl stop node-ctl.service",
+		NodeCtlPollInterval:    5 * time.Second,
+		LeaseNamespace:         v1alpha1.DefaultLeaseNamespace,
+		LeaseRenewInterval:     10 * time.Second,
+		LeaseTTL:               40 * time.Second,
+		ManifestVerifyInterval: 30 * time.Second,
+		Watermark:              DefaultWatermark,
+		DeferredWarningAfter:   10 * time.Minute,
+		ShimAddress:            shimapi.DefaultAddress,
+		HealthzAddr:            ":8080",
+		MetricsAddr:            ":8090",
+		Version:                "dev",
+		Clock:                  clock.RealClock{},
+	}
+}
+
+// AddFlags binds the options to flags, with the current values as defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of this node (required).")
+	fs.StringVar(&o.ManifestDir, "manifest-dir", o.ManifestDir, "kubelet's static pod directory (staticPodPath).")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of the placeholder pod.")
+	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Image of the placeholder pod (pulled by kubelet with IfNotPresent).")
+	fs.BoolVar(&o.NetnsEnabled, "netns-enabled", o.NetnsEnabled, "Alpha: give the placeholder pod its own network namespace instead of the host network.")
+	fs.StringVar(&o.NodeCtlSocket, "node-ctl-socket", o.NodeCtlSocket, "node-ctl's unix socket (docs/node-ctl-contract.md).")
+	fs.StringVar(&o.NodeCtlConfig, "node-ctl-config", o.NodeCtlConfig, "The node-ctl config file the agent writes.")
+	fs.StringVar(&o.NodeCtlRestartCommand, "node-ctl-restart-command", o.NodeCtlRestartCommand, "Restarts node-ctl when a reload gets no answer (sh -c; NODECTL_PID is set when known; empty disables).")
+	fs.StringVar(&o.NodeCtlStopCommand, "node-ctl-stop-command", o.NodeCtlStopCommand, "Stops node-ctl when the node's pool is really gone (sh -c; empty disables).")
+	fs.DurationVar(&o.NodeCtlPollInterval, "node-ctl-poll-interval", o.NodeCtlPollInterval, "How often node-ctl's health and state are read.")
+	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the pool's Lease (the controller's --lease-namespace).")
+	fs.DurationVar(&o.LeaseRenewInterval, "lease-renew-interval", o.LeaseRenewInterval, "How often the pool's Lease is renewed.")
+	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "The Lease's duration (the controller's --lease-ttl decides liveness).")
+	fs.DurationVar(&o.ManifestVerifyInterval, "manifest-verify-interval", o.ManifestVerifyInterval, "Re-check the manifests this often even without a file system event.")
+	fs.Float64Var(&o.Watermark, "resize-watermark", o.Watermark, "A memory downscale waits while usage is above this share of the new size.")
+	fs.DurationVar(&o.DeferredWarningAfter, "resize-deferred-warning-after", o.DeferredWarningAfter, "Emit a Warning event when a downscale has been deferred this long.")
+	fs.StringVar(&o.ShimAddress, "shim-address", o.ShimAddress, "Unix socket the agent serves the placeholder shim on (the shim's "+shimapi.AddressEnv+").")
+	fs.StringVar(&o.HealthzAddr, "healthz-addr", o.HealthzAddr, "Address of /healthz and /readyz (\"0\" disables).")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address of /metrics (\"0\" disables).")
+}
+
+// Validate names every flag whose value cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name is required"))
+	}
+	for _, s := range []struct{ flag, v string }{
+		{"--manifest-dir", o.ManifestDir}, {"--pod-namespace", o.PodNamespace}, {"--pause-image", o.PauseImage},
+		{"--node-ctl-socket", o.NodeCtlSocket}, {"--node-ctl-config", o.NodeCtlConfig},
+		{"--lease-namespace", o.LeaseNamespace}, {"--shim-address", o.ShimAddress},
+	} {
+		if s.v == "" {
+			errs = append(errs, fmt.Errorf("%s must not be empty", s.flag))
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--node-ctl-poll-interval", o.NodeCtlPollInterval}, {"--lease-renew-interval", o.LeaseRenewInterval},
+		{"--lease-ttl", o.LeaseTTL}, {"--manifest-verify-interval", o.ManifestVerifyInterval},
+		{"--resize-deferred-warning-after", o.DeferredWarningAfter},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.flag, d.v))
+		}
+	}
+	if o.LeaseTTL <= o.LeaseRenewInterval {
+		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --lease-renew-interval (%s)", o.LeaseTTL, o.LeaseRenewInterval))
+	}
+	if o.Watermark <= 0 || o.Watermark > 1 {
+		errs = append(errs, fmt.Errorf("--resize-watermark must be in (0, 1], got %g", o.Watermark))
+	}
+	return errors.Join(errs...)
+}

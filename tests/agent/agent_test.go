@@ -1,0 +1,336 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+func condIs(p *v1alpha1.SandboxPool, typ string, s metav1.ConditionStatus) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, typ)
+	return c != nil && c.Status == s
+}
+
+func describe(p *v1alpha1.SandboxPool) string {
+	var b strings.Builder
+	for _, c := range p.Status.Conditions {
+		fmt.Fprintf(&b, "%s=%s(%s: %s) ", c.Type, c.Status, c.Reason, c.Message)
+	}
+	if r := p.Status.Resize; r != nil {
+		fmt.Fprintf(&b, "resize=%s %q ", r.Status, r.DeferredReason)
+	}
+	return b.String()
+}
+
+// synced waits for the pool to run mem everywhere: node-ctl applied it, the mirror pod
+// requests it, ResourceSynced=True.
+func synced(t *testing.T, n *testNode, pool, mem string) {
+	t.Helper()
+	want := resource.MustParse(mem)
+	eventually(t, "pool synced at "+mem, 30*time.Second, func() (bool, string) {
+		p := getPool(t, pool)
+		st, err := n.nc.Client.State(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		pod := mirrorPodOf(n)
+		var podMem resource.Quantity
+		if pod != nil {
+			podMem = *pod.Spec.Containers[0].Resources.Requests.Memory()
+		}
+		applied, perr := resource.ParseQuantity(st.AppliedResources["memory"])
+		if perr != nil {
+			return false, "node-ctl has applied nothing; " + describe(p)
+		}
+		return condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) && applied.Cmp(want) == 0 && podMem.Cmp(want) == 0 &&
+				condIs(p, v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue),
+			fmt.Sprintf("node-ctl %s, pod %s; %s", st.AppliedResources["memory"], podMem.String(), describe(p))
+	})
+}
+
+// invariantMonitor checks, every 20 ms until stopped, that the scheduler-visible requests of
+// the placeholder pod are never below what node-ctl has applied (SPEC §3.5).
+type invariantMonitor struct {
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	samples int
+	bad     []string
+}
+
+func watchInvariant(t *testing.T, n *testNode) *invariantMonitor {
+	m := &invariantMonitor{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			st, err := n.nc.Client.State(context.Background())
+			pod := mirrorPodOf(n)
+			if err != nil || pod == nil || !st.Applied() {
+				continue
+			}
+			req := pod.Spec.Containers[0].Resources.Requests
+			m.mu.Lock()
+			m.samples++
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				a := resource.MustParse(st.AppliedResources[string(r)])
+				if q := req[r]; q.Cmp(a) < 0 {
+					m.bad = append(m.bad, fmt.Sprintf("%s: pod requests %s < node-ctl applied %s", r, q.String(), a.String()))
+				}
+			}
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+func (m *invariantMonitor) check(t *testing.T, step string) {
+	t.Helper()
+	close(m.stop)
+	<-m.done
+	if m.samples == 0 {
+		t.Fatalf("%s: the invariant was never sampled", step)
+	}
+	if len(m.bad) > 0 {
+		t.Fatalf("%s: invariant broken in %d of %d samples, e.g. %s", step, len(m.bad), m.samples, m.bad[0])
+	}
+	t.Logf("%s: requests >= applied in all %d samples", step, m.samples)
+}
+
+func setMemory(t *testing.T, pool, mem string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := getPool(t, pool)
+		p.Spec.ResourcePolicy.Resources[corev1.ResourceMemory] = resource.MustParse(mem)
+		return admin.Update(context.Background(), p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentLifecycle walks one node through the agent's whole job with a real node-ctl on
+// real cgroups: the manifest and its content, node-ctl applied, status and Lease, quiet at
+// rest, self-heal, resize up, safe down, deferred down under a real memory hog, node-ctl
+// down and back, agent restart without a pod rebuild, and pool deletion.
+func TestAgentLifecycle(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, "agent-node-1")
+	n.startAgent()
+	kubelet := startKubelet(n)
+
+	other := newPool("agent-node-2", "500m", "64Mi")
+	if err := admin.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(n.name, "500m", "64Mi")
+	pool.Spec.PlaceholderPod.PriorityClassName = "sandbox-high"
+	pool.Spec.PlaceholderPod.Priority = ptr.To[int32](1000)
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, pool); _ = admin.Delete(ctx, other) })
+	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
+
+	// The manifest, with the pool's identity and request; nothing for the other node.
+	synced(t, n, pool.Name, "64Mi")
+	pool = getPool(t, pool.Name)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := yaml.Unmarshal(data, &pod); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		v1alpha1.AnnotationPoolName: pool.Name, v1alpha1.AnnotationPoolUID: string(pool.UID), v1alpha1.AnnotationSkipCgroup: "true",
+	} {
+		if pod.Annotations[k] != want {
+			t.Errorf("annotation %s = %q, want %q", k, pod.Annotations[k], want)
+		}
+	}
+	if pod.Labels[v1alpha1.LabelClass] != "c1" || pod.Labels[v1alpha1.LabelNode] != n.name || pod.Labels[v1alpha1.LabelPoolName] != naming.LabelValue(pool.Name) {
+		t.Errorf("labels %v", pod.Labels)
+	}
+	if !pod.Spec.HostNetwork || ptr.Deref(pod.Spec.RuntimeClassName, "") != "placeholder" || ptr.Deref(pod.Spec.Priority, 0) != 1000 ||
+		pod.Spec.PriorityClassName != "sandbox-high" || pod.Spec.Containers[0].Image != "registry.test/pause:1" {
+		t.Errorf("pod spec %+v", pod.Spec)
+	}
+	if f, err := manifest.Read(file); err != nil || f.Verify() != nil {
+		t.Errorf("manifest hash does not verify: %v", err)
+	}
+	if entries, _ := os.ReadDir(n.manifestDir); len(entries) != 1 {
+		t.Errorf("manifest dir has %d files, want only this node's pool", len(entries))
+	}
+
+	// Status: node-ctl, pool info, the agent; and the Lease is renewed.
+	p := getPool(t, pool.Name)
+	if p.Status.PoolInfo == nil || p.Status.PoolInfo.Zone != "z1" || ptr.Deref(p.Status.PoolInfo.AllocatableMemoryBytes, 0) != 64<<20 ||
+		p.Status.NodeCtl == nil || !ptr.Deref(p.Status.NodeCtl.Connected, false) || ptr.Deref(p.Status.LastAppliedGeneration, 0) != p.Generation ||
+		p.Status.PlaceholderAgent == nil || p.Status.PlaceholderAgent.Version != "test" || p.Status.PlaceholderPod == nil ||
+		p.Status.PlaceholderPod.Name != "sandbox-pool-"+n.name {
+		t.Errorf("status: %+v", p.Status)
+	}
+	if p.Status.Resize != nil {
+		t.Errorf("the first apply is not a resize: %+v", p.Status.Resize)
+	}
+	var lease coordinationv1.Lease
+	leaseKey := types.NamespacedName{Namespace: v1alpha1.DefaultLeaseNamespace, Name: pool.Name}
+	if err := admin.Get(ctx, leaseKey, &lease); err != nil {
+		t.Fatalf("no lease: %v", err)
+	}
+	first := lease.Spec.RenewTime.Time
+	eventually(t, "the lease is renewed", 5*time.Second, func() (bool, string) {
+		_ = admin.Get(ctx, leaseKey, &lease)
+		return lease.Spec.RenewTime.After(first) && ptr.Deref(lease.Spec.HolderIdentity, "") == n.name, lease.Spec.RenewTime.String()
+	})
+
+	// At rest: polls every 200 ms and renewals every second write no status.
+	rv := getPool(t, pool.Name).ResourceVersion
+	time.Sleep(2 * time.Second) // the window under observation, not a synchronisation
+	if now := getPool(t, pool.Name); now.ResourceVersion != rv {
+		t.Errorf("the pool was written at rest: %s → %s; %s", rv, now.ResourceVersion, describe(now))
+	}
+
+	// Self-heal: deleted → restored; edited → restored; both byte for byte.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted manifest restored", 5*time.Second, func() (bool, string) {
+		got, err := os.ReadFile(file)
+		return err == nil && bytes.Equal(got, data), fmt.Sprint(err)
+	})
+	if err := os.WriteFile(file, append(bytes.Clone(data), []byte("# edited\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "edited manifest restored", 5*time.Second, func() (bool, string) {
+		got, err := os.ReadFile(file)
+		return err == nil && bytes.Equal(got, data), fmt.Sprint(err)
+	})
+
+	// Resize up, then a safe downscale, the invariant watched throughout.
+	m := watchInvariant(t, n)
+	setMemory(t, pool.Name, "128Mi")
+	synced(t, n, pool.Name, "128Mi")
+	m.check(t, "scale up 64Mi → 128Mi")
+	if r := getPool(t, pool.Name).Status.Resize; r == nil || r.Status != v1alpha1.ResizeCompleted || r.RequestedMemory.String() != "128Mi" {
+		t.Errorf("resize status after scale-up: %+v", r)
+	}
+	m = watchInvariant(t, n)
+	setMemory(t, pool.Name, "96Mi")
+	synced(t, n, pool.Name, "96Mi")
+	m.check(t, "safe scale down 128Mi → 96Mi")
+
+	// Unsafe downscale: a real process uses 70 MiB of the node-ctl cgroup; 64Mi × 85 % is
+	// 54 MiB, so the downscale is deferred, the old request kept, and it completes by
+	// itself once the memory is freed.
+	hog := nodectltest.StartHog(t, n.nc.CgroupPath, 70)
+	if err := hog.WaitAllocated(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node-ctl sees the hog", 10*time.Second, func() (bool, string) {
+		st, err := n.nc.Client.State(ctx)
+		return err == nil && st.AllocatedMemoryBytes > 60<<20, fmt.Sprint(err)
+	})
+	m = watchInvariant(t, n)
+	setMemory(t, pool.Name, "64Mi")
+	eventually(t, "downscale deferred", 10*time.Second, func() (bool, string) {
+		p := getPool(t, pool.Name)
+		r := p.Status.Resize
+		return r != nil && r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
+			condIs(p, v1alpha1.ConditionResizeDeferred, metav1.ConditionTrue) &&
+			condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionFalse), describe(p)
+	})
+	if pod := mirrorPodOf(n); pod == nil || pod.Spec.Containers[0].Resources.Requests.Memory().String() != "96Mi" {
+		t.Errorf("the deferred downscale changed the pod: %v", pod)
+	}
+	eventually(t, "a Warning event once deferred longer than 2 s", 10*time.Second, func() (bool, string) {
+		var evs eventsv1.EventList
+		_ = admin.List(ctx, &evs)
+		for _, e := range evs.Items {
+			if e.Regarding.Name == pool.Name && e.Reason == "ResizeDeferredTooLong" && e.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items))
+	})
+	hog.Release()
+	synced(t, n, pool.Name, "64Mi")
+	m.check(t, "deferred scale down 96Mi → 64Mi")
+
+	// node-ctl down: NodeCtlHealthy=False with downSince; back: healthy and re-applied.
+	n.nc.Kill()
+	eventually(t, "NodeCtlHealthy=False with downSince", 10*time.Second, func() (bool, string) {
+		p := getPool(t, pool.Name)
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse) && p.Status.NodeCtl != nil &&
+			p.Status.NodeCtl.DownSince != nil && !ptr.Deref(p.Status.NodeCtl.Connected, true), describe(p)
+	})
+	n.nc.Start()
+	eventually(t, "NodeCtlHealthy=True again", 10*time.Second, func() (bool, string) {
+		p := getPool(t, pool.Name)
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil, describe(p)
+	})
+	synced(t, n, pool.Name, "64Mi")
+
+	// Agent restart with an unchanged pool: the same bytes, the file not even rewritten, so
+	// kubelet has nothing to rebuild.
+	data, _ = os.ReadFile(file)
+	before, _ := os.Stat(file)
+	creates := kubelet.Creates()
+	n.stopAgent()
+	n.startAgent()
+	eventually(t, "the restarted agent renews the lease", 10*time.Second, func() (bool, string) {
+		var l coordinationv1.Lease
+		_ = admin.Get(ctx, leaseKey, &l)
+		return l.Spec.RenewTime.After(time.Now().Add(-500 * time.Millisecond)), l.Spec.RenewTime.String()
+	})
+	time.Sleep(2 * time.Second) // let the restarted agent's passes and a verify period run
+	after, _ := os.Stat(file)
+	got, _ := os.ReadFile(file)
+	if !bytes.Equal(got, data) || !after.ModTime().Equal(before.ModTime()) || kubelet.Creates() != creates {
+		t.Errorf("agent restart touched the manifest or rebuilt the pod: same bytes %v, mtime %s → %s, creates %d → %d",
+			bytes.Equal(got, data), before.ModTime(), after.ModTime(), creates, kubelet.Creates())
+	}
+	if _, err := os.Stat(n.stopMarker); err == nil {
+		t.Errorf("node-ctl was stopped although the pool exists (resizes rebuilt the pod %d times)", kubelet.Creates())
+	}
+
+	// Pool deleted: the manifest goes, the pod goes, node-ctl is stopped (with its PID).
+	pid := n.nc.Pid()
+	if err := admin.Delete(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "manifest removed, pod gone, node-ctl stopped", 10*time.Second, func() (bool, string) {
+		_, ferr := os.Stat(file)
+		marker, _ := os.ReadFile(n.stopMarker)
+		return os.IsNotExist(ferr) && mirrorPodOf(n) == nil && strings.TrimSpace(string(marker)) == strconv.Itoa(pid),
+			fmt.Sprintf("file: %v, marker %q", ferr, marker)
+	})
+}

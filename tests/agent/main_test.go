@@ -1,0 +1,189 @@
+// Package agent tests placeholder-agent on a real API server (with the Node authorizer, as
+// real clusters run it) as the node's own identity with the RBAC of deploy/rbac, against a
+// real node-ctl process on real cgroups (root; CI runs as root). kubelet and the placeholder
+// shim are played by a stand-in (kubelet_test.go) that turns the manifest into a mirror pod
+// and calls the agent's shim API over TTRPC; tests/e2e runs the real ones.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent"
+	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+var (
+	suite  framework.Suite
+	scheme *runtime.Scheme
+	admin  client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer()))
+}
+
+func setUp(ctx context.Context, cp *framework.ControlPlane) error {
+	ctrllog.SetLogger(zap.New(zap.UseDevMode(true)))
+	var err error
+	if scheme, err = agent.Scheme(); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS = -1
+	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	for _, f := range []string{"rbac", "runtimeclass.yaml"} {
+		if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", f)); err != nil {
+			return fmt.Errorf("applying deploy/%s: %w: %s", f, err, stderr)
+		}
+	}
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultPodNamespace}}); err != nil {
+		return err
+	}
+	// The Priority admission plugin resolves a mirror pod's priorityClassName and rejects a
+	// priority that does not match: the pools carry both, as the controller resolves them.
+	return admin.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-high"}, Value: 1000})
+}
+
+// testNode is one node: a manifest directory, a real node-ctl and (when started) an agent.
+type testNode struct {
+	t           *testing.T
+	name        string
+	manifestDir string
+	shimAddr    string
+	stopMarker  string
+	nc          *nodectltest.Process
+	cfg         *rest.Config // the node's identity: system:node:<name>
+	cancel      context.CancelFunc
+	done        chan error
+}
+
+// newNode starts a real node-ctl (zone z1) for a node; the agent is started separately.
+func newNode(t *testing.T, name string) *testNode {
+	cp := suite.Require(t)
+	dir, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	n := &testNode{t: t, name: name, manifestDir: filepath.Join(dir, "manifests"), shimAddr: filepath.Join(dir, "a.sock"),
+		stopMarker: filepath.Join(dir, "node-ctl-stopped")}
+	if err := os.Mkdir(n.manifestDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.nc = nodectltest.Start(t, nodectltest.Options{Zone: "z1"})
+	if n.cfg, err = cp.AddUser("system:node:"+name, "system:nodes", "system:authenticated"); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// options are the agent's defaults with the timers shortened and everything local.
+func (n *testNode) options() agent.Options {
+	o := agent.DefaultOptions()
+	o.NodeName = n.name
+	o.ManifestDir = n.manifestDir
+	o.PauseImage = "registry.test/pause:1"
+	o.NodeCtlSocket, o.NodeCtlConfig = n.nc.SocketPath, n.nc.ConfigPath
+	o.NodeCtlRestartCommand = ""
+	// Stopping is recorded, not done: the test sees the agent call it with node-ctl's PID.
+	o.NodeCtlStopCommand = "echo $NODECTL_PID >> " + n.stopMarker
+	o.NodeCtlPollInterval = 200 * time.Millisecond
+	o.LeaseRenewInterval, o.LeaseTTL = time.Second, 4*time.Second
+	o.ManifestVerifyInterval = time.Second
+	o.DeferredWarningAfter = 2 * time.Second
+	o.ShimAddress = n.shimAddr
+	o.HealthzAddr, o.MetricsAddr = "0", "0"
+	o.Version = "test"
+	return o
+}
+
+// startAgent runs the agent until stopAgent or the end of the test.
+func (n *testNode) startAgent(mutate ...func(*agent.Options)) {
+	n.t.Helper()
+	o := n.options()
+	for _, m := range mutate {
+		m(&o)
+	}
+	a, err := agent.New(n.cfg, o)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel, n.done = cancel, make(chan error, 1)
+	go func() { n.done <- a.Run(ctx) }()
+	n.t.Cleanup(n.stopAgent)
+}
+
+func (n *testNode) stopAgent() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	select {
+	case err := <-n.done:
+		if err != nil {
+			n.t.Errorf("agent: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		n.t.Errorf("agent did not stop within 30 s")
+	}
+	n.cancel = nil
+}
+
+func newPool(node, cpu, mem string) *v1alpha1.SandboxPool {
+	return &v1alpha1.SandboxPool{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(node)},
+		Spec: v1alpha1.SandboxPoolSpec{
+			ClassRef: v1alpha1.ClassRef{Name: "c1"}, NodeName: node,
+			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
+			}},
+			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"},
+		},
+	}
+}
+
+func getPool(t *testing.T, name string) *v1alpha1.SandboxPool {
+	t.Helper()
+	var p v1alpha1.SandboxPool
+	if err := admin.Get(context.Background(), types.NamespacedName{Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	return &p
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last state: %s", what, within, state)
+		}
+		time.Sleep(25 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent"
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+)
+
+// writeManifest puts a manifest of a pool (name, UID) into dir, as an earlier agent would.
+func writeManifest(t *testing.T, dir, pool, uid string) string {
+	t.Helper()
+	data, err := manifest.Render(manifest.Spec{PoolName: pool, PoolUID: uid, ClassName: "c1", NodeName: "orphan-node",
+		Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		Template:  v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"}, Image: "pause"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := manifest.Write(dir, pool, data); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, manifest.FileName(pool))
+}
+
+// TestOrphanCleanupAtStart: at start the agent removes the manifests of pools that are gone
+// or were recreated (another UID), keeps that of a pool that exists, and keeps everything
+// when the API server cannot be asked.
+func TestOrphanCleanupAtStart(t *testing.T) {
+	cp := suite.Require(t)
+	ctx := context.Background()
+	existing := newPool("orphan-node", "1", "1Gi")
+	if err := admin.Create(ctx, existing); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, existing) })
+	dir := t.TempDir()
+	keep := writeManifest(t, dir, existing.Name, string(existing.UID))
+	gone := writeManifest(t, dir, "placeholder-deleted-node", "uid-of-a-deleted-pool")
+	recreated := writeManifest(t, dir, "placeholder-recreated", "old-uid")
+	recreatedPool := newPool("recreated", "1", "1Gi") // the same name, a new UID
+	if err := admin.Create(ctx, recreatedPool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, recreatedPool) })
+
+	run := func(cfg *rest.Config) {
+		t.Helper()
+		o := agent.DefaultOptions()
+		o.NodeName, o.ManifestDir = "orphan-node", dir
+		o.ShimAddress = filepath.Join(t.TempDir(), "a.sock")
+		o.NodeCtlSocket, o.NodeCtlConfig = filepath.Join(dir, "none.sock"), filepath.Join(t.TempDir(), "nc.json")
+		o.HealthzAddr, o.MetricsAddr = "0", "0"
+		a, err := agent.New(cfg, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The cleanup runs first; a short run is enough to see it (with the API server
+		// unreachable, Run then fails to build its manager).
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_ = a.Run(rctx)
+	}
+
+	// The API server unreachable (a closed port): every file stays.
+	dead := rest.CopyConfig(cp.Config)
+	dead.Host = "https://127.0.0.1:1"
+	run(dead)
+	for _, f := range []string{keep, gone, recreated} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s removed while the API server was unreachable: %v", filepath.Base(f), err)
+		}
+	}
+
+	node, err := cp.AddUser("system:node:orphan-node", "system:nodes", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(node)
+	for f, wantKept := range map[string]bool{keep: true, gone: false, recreated: false} {
+		_, err := os.Stat(f)
+		if kept := err == nil; kept != wantKept {
+			t.Errorf("%s: kept %v, want %v (%v)", filepath.Base(f), kept, wantKept, err)
+		}
+	}
+}
