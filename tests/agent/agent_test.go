@@ -65,7 +65,8 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 			return false, "node-ctl has applied nothing; " + describe(p)
 		}
 		return condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) && applied.Cmp(want) == 0 && podMem.Cmp(want) == 0 &&
-				condIs(p, v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue),
+				condIs(p, v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue) &&
+				p.Status.PlaceholderPod != nil && p.Status.PlaceholderPod.Phase == string(corev1.PodRunning),
 			fmt.Sprintf("node-ctl %s, pod %s; %s", st.AppliedResources["memory"], podMem.String(), describe(p))
 	})
 }

@@ -34,10 +34,20 @@ var (
 	suite  framework.Suite
 	scheme *runtime.Scheme
 	admin  client.Client
+	// auditLog records every write request the API server serves.
+	auditLog string
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer()))
+	dir, err := os.MkdirTemp("", "sandboxpool-agent-audit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	auditLog = filepath.Join(dir, "audit.log")
+	code := framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithAuditLog(auditLog))
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 func setUp(ctx context.Context, cp *framework.ControlPlane) error {

@@ -32,6 +32,8 @@ type ControlPlane struct {
 	Root       string // repository root
 	kubectl    string
 	kubeconfig string
+	// restarted are kube-apiservers started again by KillAPIServer's restart.
+	restarted []*os.Process
 }
 
 // Unavailable says why the control plane cannot start here, or "" when it can.
@@ -166,6 +168,9 @@ func (c *ControlPlane) AddUser(name string, groups ...string) (*rest.Config, err
 
 // Stop stops the control plane.
 func (c *ControlPlane) Stop() error {
+	for _, p := range c.restarted {
+		_ = p.Kill()
+	}
 	if c.kubeconfig != "" {
 		_ = os.RemoveAll(filepath.Dir(c.kubeconfig))
 	}

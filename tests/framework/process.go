@@ -2,10 +2,15 @@ package framework
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -103,3 +108,73 @@ func (p *Process) Stop(sig syscall.Signal, within time.Duration) error {
 
 // Pid is the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// KillAPIServer kills kube-apiserver (SIGKILL: no graceful shutdown, as a crash or a lost
+// machine would) and returns a function that starts it again with the same command line —
+// port, certificates, etcd — and waits until it serves. etcd keeps running, so nothing is
+// lost. The restarted process is stopped with the control plane.
+func (c *ControlPlane) KillAPIServer() (restart func() error, err error) {
+	u, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	pid, argv, err := findProcess("kube-apiserver", "--secure-port="+u.Port())
+	if err != nil {
+		return nil, err
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.Kill(); err != nil {
+		return nil, fmt.Errorf("killing kube-apiserver %d: %w", pid, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("kube-apiserver %d still alive 30 s after SIGKILL", pid)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+	return func() error {
+		next := exec.Command(argv[0], argv[1:]...)
+		if err := next.Start(); err != nil {
+			return fmt.Errorf("restarting kube-apiserver: %w", err)
+		}
+		go func() { _ = next.Wait() }()
+		c.restarted = append(c.restarted, next.Process)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if _, _, err := c.Kubectl(context.Background(), nil, "get", "--raw", "/readyz"); err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kube-apiserver not ready a minute after restart")
+			}
+			time.Sleep(200 * time.Millisecond) // poll interval, bounded by the deadline
+		}
+	}, nil
+}
+
+// findProcess finds the process whose executable's base name is name and whose command line
+// has the argument arg, and returns its pid and command line.
+func findProcess(name, arg string) (int, []string, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if filepath.Base(argv[0]) == name && slices.Contains(argv[1:], arg) {
+			return pid, argv, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("no %s process with %s", name, arg)
+}

@@ -231,7 +231,7 @@ func measure(t *testing.T, n int) {
 	t.Logf("FIGURE nodes=%d plain-create-loop=%s controller-fanout=%s ratio=%.2f (client QPS %d burst %d)",
 		n, plain.Round(time.Millisecond), fanout.Round(time.Millisecond), fanout.Seconds()/plain.Seconds(), clientQPS, clientBurst)
 	t.Logf("FIGURE nodes=%d controller idle-before-class rss=%dMiB; during fan-out cpu=%.2f cores rss=%dMiB peak-rss=%dMiB; idle with %d pools cpu=%.3f cores rss=%dMiB",
-		n, idleBefore.rssKiB/1024, during.cpuSince(before), during.rssKiB/1024, idle.hwmKiB/1024, n, idle.cpuSince(settled), idle.rssKiB/1024)
+		n, idleBefore.RSSKiB/1024, during.CoresSince(before), during.RSSKiB/1024, idle.HWMKiB/1024, n, idle.CoresSince(settled), idle.RSSKiB/1024)
 	t.Logf("FIGURE nodes=%d phase-lag p50=%s p99=%s max=%s over %d condition changes",
 		n, pct(lags, 50), pct(lags, 99), pct(lags, 100), len(lags))
 }
@@ -337,47 +337,12 @@ func flipAndWait(t *testing.T, e *env, pool, status string, want v1alpha1.Sandbo
 	}
 }
 
-func pct(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100
-	return sorted[min(max(i-1, 0), len(sorted)-1)].Round(100 * time.Microsecond)
-}
+func pct(ds []time.Duration, p int) time.Duration { return framework.Percentile(ds, p) }
 
-// usage is a process's CPU time and memory at one moment, from /proc.
-type usage struct {
-	at             time.Time
-	cpu            time.Duration
-	rssKiB, hwmKiB int
-}
-
-func (u usage) cpuSince(b usage) float64 { return (u.cpu - b.cpu).Seconds() / u.at.Sub(b.at).Seconds() }
-
-func sample(t *testing.T, pid int) usage {
-	u := usage{at: time.Now()}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+func sample(t *testing.T, pid int) framework.Usage {
+	u, err := framework.ProcUsage(pid)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// Fields after the command name (which may hold spaces) start at ") ".
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	ut, _ := strconv.Atoi(f[11])
-	st, _ := strconv.Atoi(f[12])
-	const clockTicks = 100 // USER_HZ on Linux
-	u.cpu = time.Duration(ut+st) * time.Second / clockTicks
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for l := range strings.SplitSeq(string(status), "\n") {
-		var v int
-		if _, err := fmt.Sscanf(l, "VmRSS: %d kB", &v); err == nil {
-			u.rssKiB = v
-		}
-		if _, err := fmt.Sscanf(l, "VmHWM: %d kB", &v); err == nil {
-			u.hwmKiB = v
-		}
 	}
 	return u
 }

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	"k8s.io/client-go/util/retry"
+)
+
+// TestAgentFigures measures the agent as its own process (cmd/placeholder-agent, the node's
+// identity, a real node-ctl): pool spec change → manifest on disk, manifest deleted →
+// restored (p50/p99 over 50 each), and the agent's and node-ctl's CPU and memory at rest.
+// It prints figures and asserts none. make bench-agent runs it (SANDBOXPOOL_BENCH=1).
+func TestAgentFigures(t *testing.T) {
+	if os.Getenv("SANDBOXPOOL_BENCH") == "" {
+		t.Skip("set SANDBOXPOOL_BENCH=1 to measure the agent (make bench-agent)")
+	}
+	cp := suite.Require(t)
+	ctx := context.Background()
+	n := newNode(t, "figures-node")
+	dir := t.TempDir()
+	bin, err := framework.BuildBinary(cp.Root, dir, "./cmd/placeholder-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cp.KubeconfigFor(dir, "system:node:"+n.name, "system:nodes", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := n.options()
+	proc := framework.StartProcess(t, "placeholder-agent", bin, "--kubeconfig", kc, "--node-name", n.name,
+		"--manifest-dir", o.ManifestDir, "--pause-image", o.PauseImage, "--node-ctl-socket", o.NodeCtlSocket,
+		"--node-ctl-config", o.NodeCtlConfig, "--node-ctl-restart-command=", "--node-ctl-stop-command=",
+		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0")
+	startKubelet(n)
+	pool := newPool(n.name, "500m", "64Mi")
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
+	synced(t, n, pool.Name, "64Mi")
+	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
+
+	const runs = 50
+	waitFile := func(what string, ok func([]byte) bool) time.Duration {
+		began := time.Now()
+		for deadline := began.Add(30 * time.Second); ; {
+			if data, err := os.ReadFile(file); err == nil && ok(data) {
+				return time.Since(began)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30 s", what)
+			}
+			time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+		}
+	}
+	var specToFile, restore []time.Duration
+	for i := range runs {
+		value := fmt.Sprintf("run-%d", i)
+		began := time.Now()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p := getPool(t, pool.Name)
+			p.Spec.PlaceholderPod.Annotations = map[string]string{"bench.sandbox-pool.io/run": value}
+			return admin.Update(ctx, p)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFile("spec change → manifest", func(b []byte) bool { return strings.Contains(string(b), value) })
+		specToFile = append(specToFile, time.Since(began))
+	}
+	for range runs {
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		restore = append(restore, waitFile("deleted manifest restored", func([]byte) bool { return true }))
+	}
+	synced(t, n, pool.Name, "64Mi")
+	before, err := framework.ProcUsage(proc.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Second) // the idle period under observation
+	after, err := framework.ProcUsage(proc.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := framework.ProcUsage(n.nc.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE agent spec-change→manifest p50=%s p99=%s; manifest-deleted→restored p50=%s p99=%s (%d runs each)",
+		framework.Percentile(specToFile, 50), framework.Percentile(specToFile, 99),
+		framework.Percentile(restore, 50), framework.Percentile(restore, 99), runs)
+	t.Logf("FIGURE agent idle 30s (poll 200ms, lease 1s): cpu=%.4f cores rss=%dMiB; node-ctl rss=%dMiB",
+		after.CoresSince(before), after.RSSKiB/1024, nc.RSSKiB/1024)
+}
