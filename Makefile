@@ -129,9 +129,15 @@ bench: tools ## Run the benchmarks and print their figures (recorded in docs/ben
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./policy/ | tee _output/bench-policy.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./webhook/ | tee _output/bench-webhook.txt
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/ | tee _output/bench-admission.txt
-	$(MAKE) --no-print-directory bench-operator
+	$(MAKE) --no-print-directory bench-operator bench-agent
 
 BENCH_SIZES ?= 1000,5000
+
+.PHONY: bench-agent
+bench-agent: tools ## Agent: spec change → manifest, manifest restore (p50/p99), CPU/RSS at rest (root).
+	@mkdir -p _output
+	$(TEST_ENV) SANDBOXPOOL_BENCH=1 $(GO) test -count=1 -v -run TestAgentFigures ./tests/agent/ \
+		| tee _output/bench-agent.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
 
 .PHONY: bench-operator
 bench-operator: tools ## Fan-out vs a plain create loop, controller CPU/RSS, phase lag at BENCH_SIZES nodes.
