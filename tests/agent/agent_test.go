@@ -71,7 +71,7 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 	})
 }
 
-// invariantMonitor checks, every 20 ms until stopped, that the scheduler-visible requests of
+// invariantMonitor checks, every 5 ms until stopped, that the scheduler-visible requests of
 // the placeholder pod are never below what node-ctl has applied (SPEC §3.5).
 type invariantMonitor struct {
 	stop    chan struct{}
@@ -89,7 +89,7 @@ func watchInvariant(t *testing.T, n *testNode) *invariantMonitor {
 			select {
 			case <-m.stop:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(5 * time.Millisecond):
 			}
 			st, err := n.nc.Client.State(context.Background())
 			pod := mirrorPodOf(n)
@@ -186,6 +186,9 @@ func TestAgentLifecycle(t *testing.T) {
 	}
 	if f, err := manifest.Read(file); err != nil || f.Verify() != nil {
 		t.Errorf("manifest hash does not verify: %v", err)
+	}
+	if at := kubelet.AppliedAtCreate(); len(at) == 0 || !at[0] {
+		t.Errorf("the first shim Create returned before node-ctl ran the pool: %v", at)
 	}
 	if entries, _ := os.ReadDir(n.manifestDir); len(entries) != 1 {
 		t.Errorf("manifest dir has %d files, want only this node's pool", len(entries))

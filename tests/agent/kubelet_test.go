@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,14 @@ type kubeletStandIn struct {
 	running map[string]running // by manifest file
 	creates int
 	logged  map[string]bool
+	// appliedAtCreate says, per successful shim Create, whether node-ctl ran the pool when
+	// Create returned.
+	appliedAtCreate []bool
+
+	// seen and seenAt: the newest hash of each changed manifest and when it was first seen
+	// (used by the sync goroutine only).
+	seen   map[string]string
+	seenAt map[string]time.Time
 }
 
 type running struct {
@@ -42,9 +51,13 @@ type running struct {
 
 const mirrorAnnotation = "kubernetes.io/config.mirror"
 
+// rebuildDelay is how long the stand-in waits before rebuilding a pod whose manifest changed.
+const rebuildDelay = 300 * time.Millisecond
+
 func startKubelet(n *testNode) *kubeletStandIn {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubeletStandIn{n: n, cancel: cancel, done: make(chan struct{}), running: map[string]running{}}
+	k := &kubeletStandIn{n: n, cancel: cancel, done: make(chan struct{}), running: map[string]running{},
+		seen: map[string]string{}, seenAt: map[string]time.Time{}}
 	go func() {
 		defer close(k.done)
 		tick := time.NewTicker(50 * time.Millisecond)
@@ -88,6 +101,15 @@ func (k *kubeletStandIn) sync(ctx context.Context) {
 			continue
 		}
 		if ok {
+			// kubelet takes a moment to act on a changed manifest; the stand-in takes a
+			// fixed rebuildDelay, so a step the agent takes too early (node-ctl grown
+			// before the bigger pod exists) stays visible long enough to be caught.
+			if k.seen[f] != hash {
+				k.seen[f], k.seenAt[f] = hash, time.Now()
+			}
+			if time.Since(k.seenAt[f]) < rebuildDelay {
+				continue
+			}
 			k.kill(ctx, cur)
 		}
 		k.run(ctx, f, hash, &pod)
@@ -146,6 +168,12 @@ func (k *kubeletStandIn) run(ctx context.Context, file, hash string, manifest *c
 		_ = admin.Delete(ctx, mirror, client.GracePeriodSeconds(0))
 		return
 	}
+	// What node-ctl runs the moment Create returned: the agent aligns it before answering.
+	if st, err := k.n.nc.Client.State(ctx); err == nil {
+		k.mu.Lock()
+		k.appliedAtCreate = append(k.appliedAtCreate, st.Pool.UID == mirror.Annotations[v1alpha1.AnnotationPoolUID] && st.Applied())
+		k.mu.Unlock()
+	}
 	if _, err := c.Start(ctx, &v1.StartRequest{Identity: id}); err != nil {
 		k.logf("shim Start: %v", err)
 		return
@@ -187,6 +215,14 @@ func (k *kubeletStandIn) logf(format string, args ...any) {
 		k.logged[msg] = true
 		k.n.t.Logf("kubelet stand-in: %s", msg)
 	}
+}
+
+// AppliedAtCreate is, for each successful shim Create, whether node-ctl ran the pool when
+// the agent answered it.
+func (k *kubeletStandIn) AppliedAtCreate() []bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.appliedAtCreate)
 }
 
 // Creates is how many pods the stand-in has created (each a pod build or rebuild).
