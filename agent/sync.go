@@ -73,7 +73,8 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 	if pool.DeletionTimestamp != nil {
 		return ctrl.Result{}, a.poolGone(ctx, name, pool.UID)
 	}
-	if err := a.validate(pool); err != nil {
+	pool, err = a.defaulted(pool)
+	if err != nil {
 		log.Error(err, "pool fails the schema; keeping the current manifest")
 		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonInvalidPool, ActionValidate, "Pool fails the schema, manifest left as it is: %v", err)
 		return ctrl.Result{}, nil
@@ -132,16 +133,28 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 	return ctrl.Result{}, nil
 }
 
-// validate runs the pool through the compiled CUE schema, like the webhook does.
-func (a *Agent) validate(pool *v1alpha1.SandboxPool) error {
+// defaulted runs the pool through the compiled CUE schema, like the webhook does, and
+// returns it with every schema default filled in (the agent acts on the defaulted spec, so a
+// default is never restated in Go). On error it returns the pool unchanged.
+func (a *Agent) defaulted(pool *v1alpha1.SandboxPool) (*v1alpha1.SandboxPool, error) {
 	p := pool.DeepCopy()
 	p.APIVersion, p.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.KindSandboxPool
 	p.ManagedFields = nil
 	b, err := json.Marshal(p)
 	if err != nil {
-		return err
+		return pool, err
 	}
-	return a.schema.Validate(schema.KindSandboxPool, b)
+	out, err := a.schema.Default(schema.KindSandboxPool, b)
+	if err != nil {
+		return pool, err
+	}
+	var d v1alpha1.SandboxPool
+	if err := json.Unmarshal(out, &d); err != nil {
+		return pool, fmt.Errorf("decoding the defaulted pool: %w", err)
+	}
+	// The schema covers what users write; keep the server's metadata as it is.
+	d.ObjectMeta = pool.ObjectMeta
+	return &d, nil
 }
 
 // effectiveResources is the override's policy when enabled, else the class snapshot.
