@@ -43,6 +43,15 @@ MINPROTOC           := $(PROTO_TOOLS)/minprotoc
 PROTOC_GEN_GO       := $(PROTO_TOOLS)/protoc-gen-go
 PROTOC_GEN_GO_TTRPC := $(PROTO_TOOLS)/protoc-gen-go-ttrpc
 
+# Monitoring (tests/deploy): promtool checks and unit-tests deploy/monitoring's rules, and
+# the prometheus-operator CRDs (PrometheusRule, PodMonitor) that deploy/monitoring is
+# applied against, copied from that module as the Go module proxy serves it.
+PROMETHEUS_VERSION          := $(shell awk '$$1=="github.com/prometheus/prometheus"{print $$2}' hack/monitoring/go.mod)
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+MONITORING_TOOLS := $(TOOLS_DIR)/monitoring-prometheus$(PROMETHEUS_VERSION:v%=%)-operator$(PROMETHEUS_OPERATOR_VERSION:v%=%)
+PROMTOOL         := $(MONITORING_TOOLS)/promtool
+MONITORING_CRDS  := $(addprefix $(MONITORING_TOOLS)/crds/monitoring.coreos.com_,prometheusrules.yaml podmonitors.yaml)
+
 KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 \
@@ -51,7 +60,7 @@ KUBE_LDFLAGS := -s -w \
 
 GO_TEST_FLAGS ?= -count=1
 TEST_ENV := KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL_REQUIRE_TOOLS=1 \
-	SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS)
+	SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) SANDBOXPOOL_MONITORING=$(MONITORING_TOOLS)
 
 ##@ General
 
@@ -149,7 +158,7 @@ bench-operator: tools ## Fan-out vs a plain create loop, controller CPU/RSS, pha
 
 .PHONY: tools
 tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
-	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Build the pinned tools.
+	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) ## Build the pinned tools.
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-apiserver and kubectl $(KUBE_VERSION) (first time: several minutes)"
@@ -186,6 +195,26 @@ $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) &: hack/tools/go.mod hack/t
 	cd hack/tools && $(GO) build -trimpath -o $(PROTO_TOOLS)/ ./minprotoc \
 		google.golang.org/protobuf/cmd/protoc-gen-go github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc
 	@touch $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC)
+
+# --- promtool and the prometheus-operator CRDs (tests/deploy, deploy/monitoring) ---
+.PHONY: monitoring
+monitoring: $(PROMTOOL) $(MONITORING_CRDS) ## Build promtool and fetch the PrometheusRule/PodMonitor CRDs (for tests/deploy).
+
+# Without service discovery plugins (remove_all_sd): promtool only checks and tests rules.
+$(PROMTOOL): hack/monitoring/go.mod hack/monitoring/go.sum
+	@echo ">> building promtool $(PROMETHEUS_VERSION)"
+	@mkdir -p $(MONITORING_TOOLS)
+	cd hack/monitoring && $(GO) build -trimpath -tags remove_all_sd -ldflags "-s -w" -o $@ \
+		github.com/prometheus/prometheus/cmd/promtool
+	@touch $@
+
+$(MONITORING_CRDS) &:
+	@echo ">> fetching the PrometheusRule and PodMonitor CRDs of prometheus-operator $(PROMETHEUS_OPERATOR_VERSION)"
+	@mkdir -p $(MONITORING_TOOLS)/crds
+	dir=$$(cd / && GOFLAGS=-mod=mod GO111MODULE=on $(GO) mod download -json \
+		github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'); \
+	for f in $(notdir $(MONITORING_CRDS)); do \
+		install -m 0644 "$$dir/example/prometheus-operator-crd/$$f" $(MONITORING_TOOLS)/crds/; done
 
 # --- containerd, ctr, containerd-shim-runc-v2 and crictl (tests/shim) ---
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) \

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Self-signed certificates for the admission webhook, for local clusters without
 # cert-manager. Writes a CA and a serving certificate for the webhook Service into DIR
-# (default _output/webhook-certs) and prints the caBundle to put into
-# deploy/webhook/validating-webhook.yaml, e.g.:
+# (default _output/webhook-certs), and the caBundle to put into
+# deploy/webhook/validating-webhook.yaml (ca.bundle).
+#
+# With kustomize, write them where the self-signed component reads them and apply the base
+# with that component (docs/operator-guide.md, "Install"):
+#
+#   hack/webhook-certs.sh deploy/overlays/self-signed/certs
+#
+# Or by hand, after `kubectl apply -k deploy/`:
 #
 #   hack/webhook-certs.sh _output/certs
 #   kubectl -n sandbox-pool-system create secret tls sandbox-pool-webhook-cert \

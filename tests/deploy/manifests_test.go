@@ -1,0 +1,322 @@
+package deploy
+
+import (
+	"errors"
+	"flag"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/agentcube/sandboxpool/operator"
+	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/webhook"
+)
+
+const (
+	controllerName = "sandbox-pool-controller"
+	certManager    = "overlays/cert-manager"
+)
+
+// flagValues reads --name=value arguments (the form the manifests use) into a map.
+func flagValues(t *testing.T, args []string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !ok {
+			t.Fatalf("argument %q is not --name=value", a)
+		}
+		m[name] = value
+	}
+	return m
+}
+
+// port returns the port of a listen address such as ":8080".
+func port(t *testing.T, addr string) int32 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	return int32(n)
+}
+
+// containerPort returns the number of the named port of c.
+func containerPort(t *testing.T, c corev1.Container, name string) int32 {
+	t.Helper()
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	t.Fatalf("container %s has no port %q", c.Name, name)
+	return 0
+}
+
+// checkPodSpec holds every Deployment to the same production rules.
+func checkPodSpec(t *testing.T, d *appsv1.Deployment, healthPort, metricsPort int32) corev1.Container {
+	t.Helper()
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("%s: replicas %v, want at least 2", d.Name, d.Spec.Replicas)
+	}
+	ps := d.Spec.Template.Spec
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", d.Name, len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	if !strings.Contains(c.Image, ":") || strings.HasSuffix(c.Image, ":latest") {
+		t.Errorf("%s: image %q has no pinned tag", d.Name, c.Image)
+	}
+	if psc := ps.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot ||
+		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod securityContext %+v, want runAsNonRoot and the RuntimeDefault seccomp profile", d.Name, psc)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("%s: container securityContext %+v, want a read-only root, no privilege escalation, all capabilities dropped", d.Name, sc)
+	}
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, lim := c.Resources.Requests[r], c.Resources.Limits[r]
+		if req.IsZero() || lim.IsZero() || req.Cmp(lim) > 0 {
+			t.Errorf("%s: %s request %s, limit %s: want both, request <= limit", d.Name, r, req.String(), lim.String())
+		}
+	}
+	for probe, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != probe ||
+			p.HTTPGet.Port != intstr.FromString("health") {
+			t.Errorf("%s: probe %s is %+v, want GET %s on the port named health", d.Name, probe, p, probe)
+		}
+	}
+	if got := containerPort(t, c, "health"); got != healthPort {
+		t.Errorf("%s: port health is %d, the health flag says %d", d.Name, got, healthPort)
+	}
+	if got := containerPort(t, c, "metrics"); got != metricsPort {
+		t.Errorf("%s: port metrics is %d, the metrics flag says %d", d.Name, got, metricsPort)
+	}
+	return c
+}
+
+// checkPDB: a PodDisruptionBudget keeps at least one replica of d through a drain.
+func checkPDB(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "PodDisruptionBudget" || o.GetNamespace() != d.Namespace {
+			continue
+		}
+		pdb := typed[policyv1.PodDisruptionBudget](t, o)
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			continue
+		}
+		allowed := int32(0)
+		switch {
+		case pdb.Spec.MaxUnavailable != nil:
+			allowed = pdb.Spec.MaxUnavailable.IntVal
+		case pdb.Spec.MinAvailable != nil:
+			allowed = *d.Spec.Replicas - pdb.Spec.MinAvailable.IntVal
+		}
+		if allowed < 1 || allowed >= *d.Spec.Replicas {
+			t.Errorf("%s: PodDisruptionBudget %s allows %d of %d replicas down, want at least 1 and not all", d.Name, pdb.Name, allowed, *d.Spec.Replicas)
+		}
+		return
+	}
+	t.Errorf("%s: no PodDisruptionBudget selects its pods", d.Name)
+}
+
+// TestControllerDeployment: the controller's arguments parse with the controller's own
+// flags (operator.Options, zap, kubeconfig, as cmd/sandboxpool-controller binds them) and
+// pass its validation; ports, probes and namespaces agree with them.
+func TestControllerDeployment(t *testing.T) {
+	cp := suite.Require(t)
+	objs := build(t, cp, filepath.Join(cp.Root, "deploy"))
+	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", controllerName))
+
+	args := d.Spec.Template.Spec.Containers[0].Args
+	fs := flag.NewFlagSet("sandboxpool-controller", flag.ContinueOnError)
+	opts := operator.DefaultOptions()
+	opts.AddFlags(fs)
+	(&zap.Options{}).BindFlags(fs)
+	config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("controller args %v: %v", args, err)
+	}
+	if fs.NArg() != 0 {
+		t.Errorf("controller args: positional %v", fs.Args())
+	}
+	if err := opts.Validate(); err != nil {
+		t.Errorf("controller args: %v", err)
+	}
+	if !opts.LeaderElection {
+		t.Error("leader election is off with more than one replica")
+	}
+	if opts.LeaseNamespace != d.Namespace || opts.LeaderElectionNamespace != d.Namespace {
+		t.Errorf("--lease-namespace %q and --leader-election-namespace %q, want the install's namespace %q",
+			opts.LeaseNamespace, opts.LeaderElectionNamespace, d.Namespace)
+	}
+	checkPodSpec(t, d, port(t, opts.ProbeAddr), port(t, opts.MetricsAddr))
+	checkPDB(t, objs, d)
+}
+
+// TestWebhookDeployment: the webhook's arguments are flags the real binary accepts (it
+// binds them in main, so the binary is run with them and a kubeconfig that does not exist:
+// it must fail on the kubeconfig, not on a flag), and the Deployment, Service,
+// ValidatingWebhookConfiguration and the controller's identity agree with each other.
+func TestWebhookDeployment(t *testing.T) {
+	cp := suite.Require(t)
+	objs := build(t, cp, filepath.Join(cp.Root, "deploy"))
+	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", webhookName))
+	args := d.Spec.Template.Spec.Containers[0].Args
+
+	bin, err := framework.BuildBinary(cp.Root, t.TempDir(), "./cmd/sandboxpool-webhook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "no-kubeconfig")
+	run := func(args ...string) (int, string) {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		if exit != nil {
+			return exit.ExitCode(), string(out)
+		}
+		return 0, string(out)
+	}
+	// What a flag error looks like, so the check below can tell the two apart.
+	if code, out := run(append(slices.Clone(args), "--no-such-flag", "--kubeconfig="+missing)...); code != 2 || !strings.Contains(out, "flag provided but not defined") {
+		t.Fatalf("an unknown flag: exit %d, %s", code, out)
+	}
+	if code, out := run(append(slices.Clone(args), "--kubeconfig="+missing)...); code != 1 || !strings.Contains(out, "loading kubeconfig") {
+		t.Errorf("webhook args %v: exit %d, want 1 from loading the kubeconfig:\n%s", args, code, out)
+	}
+
+	f := flagValues(t, args)
+	c := checkPodSpec(t, d, port(t, f["health-addr"]), port(t, f["metrics-addr"]))
+	checkPDB(t, objs, d)
+	servePort := port(t, f["addr"])
+	if got := containerPort(t, c, "webhook"); got != servePort {
+		t.Errorf("port webhook is %d, --addr says %d", got, servePort)
+	}
+
+	// --cert-dir is the Secret the certificate components fill.
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != f["cert-dir"] {
+			continue
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == certSecret {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("--cert-dir %s is not the Secret %s mounted", f["cert-dir"], certSecret)
+	}
+
+	// Status scoping trusts the controller by its service account's username.
+	ctrl := typed[appsv1.Deployment](t, find(t, objs, "Deployment", controllerName))
+	user := "system:serviceaccount:" + ctrl.Namespace + ":" + ctrl.Spec.Template.Spec.ServiceAccountName
+	if !slices.Contains(strings.Split(f["controller-usernames"], ","), user) {
+		t.Errorf("--controller-usernames=%s does not trust the controller's identity %s", f["controller-usernames"], user)
+	}
+	if user != policy.DefaultControllerUsername {
+		t.Errorf("the controller runs as %s, the policy's default is %s", user, policy.DefaultControllerUsername)
+	}
+
+	// The ValidatingWebhookConfiguration reaches the pods through the Service.
+	svc := typed[corev1.Service](t, find(t, objs, "Service", webhookName))
+	vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, find(t, objs, "ValidatingWebhookConfiguration", vwcName))
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	if len(svc.Spec.Selector) == 0 || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("Service %s selects %v, not the webhook's pods %v", svc.Name, svc.Spec.Selector, d.Spec.Template.Labels)
+	}
+	for _, w := range vwc.Webhooks {
+		ref := w.ClientConfig.Service
+		if ref == nil || ref.Name != svc.Name || ref.Namespace != svc.Namespace || ref.Path == nil || *ref.Path != webhook.ValidatePath {
+			t.Errorf("webhook %s calls %+v, want Service %s/%s at %s", w.Name, ref, svc.Namespace, svc.Name, webhook.ValidatePath)
+			continue
+		}
+		found := false
+		for _, p := range svc.Spec.Ports {
+			if ref.Port != nil && p.Port == *ref.Port {
+				found = true
+				if tp := p.TargetPort; !(tp == intstr.FromString("webhook") || tp == intstr.FromInt32(servePort)) {
+					t.Errorf("Service port %d goes to %s, not the webhook's port", p.Port, tp.String())
+				}
+			}
+		}
+		if !found {
+			t.Errorf("webhook %s calls port %v, which the Service does not have", w.Name, ref.Port)
+		}
+	}
+}
+
+// TestCertManagerComponent: base + deploy/overlays/cert-manager renders the Issuer and the
+// Certificate, whose Secret is the one the webhook mounts, whose DNS names cover the
+// Service, and which the configuration's CA-injection annotation names. Nothing else of
+// the base changes. (cert-manager's CRDs are not installed on the test API server: the
+// component is rendered with `kubectl kustomize`, not applied.)
+func TestCertManagerComponent(t *testing.T) {
+	cp := suite.Require(t)
+	install, _ := installTree(t, cp.Root, certManager)
+	objs := build(t, cp, install)
+	base := build(t, cp, filepath.Join(cp.Root, "deploy"))
+
+	cert := find(t, objs, "Certificate", certSecret)
+	issuer := find(t, objs, "Issuer", "sandbox-pool-selfsigned")
+	if cert.GetNamespace() != namespace || issuer.GetNamespace() != namespace {
+		t.Errorf("Certificate in %q, Issuer in %q, want %q", cert.GetNamespace(), issuer.GetNamespace(), namespace)
+	}
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	if secretName != certSecret {
+		t.Errorf("Certificate secretName %q, the webhook mounts %q", secretName, certSecret)
+	}
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	if !slices.Contains(dnsNames, webhookDNS) {
+		t.Errorf("Certificate dnsNames %v, want %s", dnsNames, webhookDNS)
+	}
+	ref, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+	if ref != issuer.GetName() {
+		t.Errorf("Certificate issuerRef %q, the Issuer is %q", ref, issuer.GetName())
+	}
+	vwc := find(t, objs, "ValidatingWebhookConfiguration", vwcName)
+	if got, want := vwc.GetAnnotations()[injectCAFrom], cert.GetNamespace()+"/"+cert.GetName(); got != want {
+		t.Errorf("%s: %q, want %q", injectCAFrom, got, want)
+	}
+	if len(objs) != len(base)+2 {
+		t.Errorf("base + cert-manager renders %d objects, want the base's %d + Issuer and Certificate", len(objs), len(base))
+	}
+	for _, b := range base {
+		if o := find(t, objs, b.GetKind(), b.GetName()); !equality.Semantic.DeepEqual(o.Object, b.Object) {
+			t.Errorf("the component changes %s", key(b))
+		}
+	}
+}
