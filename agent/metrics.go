@@ -40,4 +40,11 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(statusWrites, leaseRenewals, manifestWrites, manifestEvents, nodeCtlApplies, nodeCtlUp, shimCalls)
+	// Every result exists from the start, so the first error is visible to rate().
+	for _, r := range []string{"ok", "error"} {
+		leaseRenewals.WithLabelValues(r)
+	}
+	for _, r := range []string{"applied", "rejected", "unreachable"} {
+		nodeCtlApplies.WithLabelValues(r)
+	}
 }

@@ -171,12 +171,20 @@ func (r *ClassReconciler) nodeEvents() handler.Funcs {
 }
 
 // poolChangeMattersToClass is true when a pool update changes what the class counts or owns:
-// its phase, its spec, its labels, owner or finalizers, or its deletion.
+// its phase, a deferred resize, its agent's health, its spec, its labels, owner or
+// finalizers, or its deletion.
 func poolChangeMattersToClass(o, n *v1alpha1.SandboxPool) bool {
 	return o.Status.Phase != n.Status.Phase || o.Generation != n.Generation ||
+		resizeDeferred(o) != resizeDeferred(n) ||
+		meta.IsStatusConditionFalse(o.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) !=
+			meta.IsStatusConditionFalse(n.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
 		!labels.Equals(o.Labels, n.Labels) || len(o.Finalizers) != len(n.Finalizers) ||
 		len(o.OwnerReferences) != len(n.OwnerReferences)
+}
+
+func resizeDeferred(p *v1alpha1.SandboxPool) bool {
+	return p.Status.Resize != nil && p.Status.Resize.Status == v1alpha1.ResizeDeferred
 }
 
 func enqueueClass(q workqueue.TypedRateLimitingInterface[reconcile.Request], name string) {
@@ -501,16 +509,22 @@ func (r *ClassReconciler) finalizeClass(ctx context.Context, class *v1alpha1.San
 // sandboxpool-controller) when anything differs from what the class shows.
 func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.SandboxPoolClass, ours []*v1alpha1.SandboxPool, res syncResult, syncErr error) error {
 	want := v1alpha1.SandboxPoolClassStatus{ObservedGeneration: class.Generation}
-	byPhase := map[v1alpha1.SandboxPoolPhase]int{}
+	counts := poolCounts{byPhase: map[v1alpha1.SandboxPoolPhase]int{}}
 	for _, p := range ours {
-		byPhase[p.Status.Phase]++
+		counts.byPhase[p.Status.Phase]++
 		want.TotalSandboxPools++
 		if p.Status.Phase == v1alpha1.PhaseReady {
 			want.ReadySandboxPools++
 		}
+		if r := p.Status.Resize; r != nil && r.Status == v1alpha1.ResizeDeferred {
+			counts.resizeDeferred++
+		}
+		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) {
+			counts.heartbeatStale++
+		}
 	}
 	want.NotReadySandboxPools = want.TotalSandboxPools - want.ReadySandboxPools
-	setPoolsByPhase(class.Name, byPhase)
+	setPoolMetrics(class.Name, counts)
 
 	want.Conditions = append([]metav1.Condition(nil), class.Status.Conditions...)
 	conflict := metav1.Condition{Type: v1alpha1.ConditionNodeConflict, ObservedGeneration: class.Generation,

@@ -16,6 +16,16 @@ var (
 		Help: "SandboxPools per class and phase (phase Unknown: no phase computed yet).",
 	}, []string{"class", "phase"})
 
+	poolsResizeDeferred = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sandboxpool_pools_resize_deferred",
+		Help: "SandboxPools per class whose downscale the agent defers (status.resize.status Deferred: memory in use above the watermark of the new size).",
+	}, []string{"class"})
+
+	poolsHeartbeatStale = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sandboxpool_pools_agent_heartbeat_stale",
+		Help: "SandboxPools per class whose agent Lease is expired or missing (PlaceholderAgentHealthy=False).",
+	}, []string{"class"})
+
 	fanoutDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sandboxpool_class_fanout_duration_seconds",
 		Help:    "Time from the first reconcile that finds a class generation's pools out of sync (missing, outdated or to be deleted) to the first that finds them all in sync.",
@@ -34,7 +44,7 @@ const phaseUnknown = "Unknown"
 var allPhases = []v1alpha1.SandboxPoolPhase{v1alpha1.PhasePending, v1alpha1.PhaseReady, v1alpha1.PhaseDegraded, v1alpha1.PhaseUnready, ""}
 
 func init() {
-	metrics.Registry.MustRegister(poolsByPhase, fanoutDuration, poolFinalizerReleases)
+	metrics.Registry.MustRegister(poolsByPhase, poolsResizeDeferred, poolsHeartbeatStale, fanoutDuration, poolFinalizerReleases)
 }
 
 func phaseLabel(p v1alpha1.SandboxPoolPhase) string {
@@ -54,4 +64,19 @@ func setPoolsByPhase(class string, counts map[v1alpha1.SandboxPoolPhase]int) {
 
 func forgetClassMetrics(class string) {
 	poolsByPhase.DeletePartialMatch(prometheus.Labels{"class": class})
+	poolsResizeDeferred.DeleteLabelValues(class)
+	poolsHeartbeatStale.DeleteLabelValues(class)
+}
+
+// poolCounts are the per-class figures the metrics show beside the phases.
+type poolCounts struct {
+	byPhase        map[v1alpha1.SandboxPoolPhase]int
+	resizeDeferred int
+	heartbeatStale int
+}
+
+func setPoolMetrics(class string, c poolCounts) {
+	setPoolsByPhase(class, c.byPhase)
+	poolsResizeDeferred.WithLabelValues(class).Set(float64(c.resizeDeferred))
+	poolsHeartbeatStale.WithLabelValues(class).Set(float64(c.heartbeatStale))
 }
