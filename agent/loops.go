@@ -143,6 +143,13 @@ func (a *Agent) renewLease(ctx context.Context, pool string) {
 	a.mu.Unlock()
 }
 
+// holdsLease reports whether the agent holds the pool's Lease (renewed it at least once).
+func (a *Agent) holdsLease(pool string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.leases[pool] != nil
+}
+
 func (a *Agent) getOrCreateLease(ctx context.Context, pool string, now metav1.MicroTime) (*coordinationv1.Lease, error) {
 	key := types.NamespacedName{Namespace: a.opts.LeaseNamespace, Name: pool}
 	var l coordinationv1.Lease

@@ -73,6 +73,11 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 	if pool.DeletionTimestamp != nil {
 		return ctrl.Result{}, a.poolGone(ctx, name, pool.UID)
 	}
+	if !a.holdsLease(name) {
+		// A new pool's Lease is taken at once, not on the next renewal tick: until it
+		// exists the controller reports the agent missing (LeaseNotFound).
+		a.renewLease(ctx, name)
+	}
 	pool, err = a.defaulted(pool)
 	if err != nil {
 		log.Error(err, "pool fails the schema; keeping the current manifest")
@@ -120,6 +125,11 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 				return ctrl.Result{}, err
 			}
 		}
+	} else if plan.NodeCtl != nil && nc.Polled {
+		// node-ctl is down while the pool needs it: stopped when an earlier pool of this
+		// node was deleted (the class was recreated), or its unit gave up. Start it the way
+		// a reload that gets no answer does (the restart command, at most every 30 s).
+		a.restartNodeCtl(ctx)
 	}
 	a.noteDeferral(pool, plan)
 
