@@ -58,7 +58,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
 
-GO_TEST_FLAGS ?= -count=1
+GO_TEST_FLAGS ?= -count=1 -timeout 30m
 TEST_ENV := KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL_REQUIRE_TOOLS=1 \
 	SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) SANDBOXPOOL_MONITORING=$(MONITORING_TOOLS)
 
