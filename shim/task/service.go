@@ -8,6 +8,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
@@ -113,7 +114,17 @@ type service struct {
 	// last is the identity of the task most recently created or deleted: what the
 	// Shutdown notification names.
 	last *v1.Identity
+
+	// lastKill is when the last Kill that stopped a task returned (unix nanoseconds).
+	lastKill atomic.Int64
 }
+
+// killReplyGrace is how long a shutdown waits after the last Kill that stopped a task. A
+// synthetic task stops inside Kill, so a client waiting on it (an attached `ctr run`) can
+// delete the task and shut the shim down before the Kill reply has left the process;
+// pkg/shim exits without draining the TTRPC server. A real process exits a little after its
+// signal; this grace gives the reply the same head start.
+const killReplyGrace = 100 * time.Millisecond
 
 // RegisterTTRPC registers the task service with the shim's TTRPC server.
 func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
@@ -230,6 +241,7 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*ptypes.Emp
 		return empty, nil
 	}
 	s.exit(c, true)
+	defer func() { s.lastKill.Store(time.Now().UnixNano()) }()
 	return empty, nil
 }
 
@@ -335,6 +347,9 @@ func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*pt
 // ExitStatus, the exit events are delivered to containerd, and the agent is told. Then the
 // process exits, and its in-memory state with it.
 func (s *service) onShutdown(ctx context.Context) error {
+	if wait := time.Until(time.Unix(0, s.lastKill.Load()).Add(killReplyGrace)); wait > 0 {
+		time.Sleep(wait) // see killReplyGrace: not a synchronisation, a head start for a reply
+	}
 	s.mu.Lock()
 	now := false // tasks were left
 	for _, c := range s.containers {
