@@ -154,10 +154,35 @@ bench-operator: tools ## Fan-out vs a plain create loop, controller CPU/RSS, pha
 	$(TEST_ENV) SANDBOXPOOL_BENCH=1 SANDBOXPOOL_BENCH_SIZES=$(BENCH_SIZES) $(GO) test -count=1 -v -timeout 60m \
 		-run TestOperatorScale ./tests/scale/ | tee _output/bench-operator.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
 
+.PHONY: bench-e2e
+bench-e2e: tools ## End-to-end latencies on the real stack: class → Ready, mirror pod, manifest, resize (root).
+	@mkdir -p _output
+	$(TEST_ENV) SANDBOXPOOL_E2E_FIGURES=1 $(GO) test -count=1 -v -timeout 60m -run TestFigures ./tests/e2e/ \
+		| tee _output/bench-e2e.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
+
+##@ Demo
+
+DEMO_DIR ?= /tmp/sandboxpool-demo
+DEMO_BINARIES := ./cmd/placeholder-agent ./cmd/sandboxpool-controller ./cmd/sandboxpool-webhook \
+	./cmd/node-ctl ./cmd/containerd-shim-placeholder-v2
+
+.PHONY: demo
+demo: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CONTAINERD_BINS) ## Run the whole system on this machine (root): control plane, one kubelet node, the examples.
+	@mkdir -p bin
+	$(GO) build -trimpath -o bin/ $(DEMO_BINARIES)
+	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
+	KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) \
+		bin/sandboxpool-demo up --dir=$(DEMO_DIR) --bin=bin
+
+.PHONY: demo-down
+demo-down: ## Stop exactly what make demo started (PIDs from its state file) and remove its directories.
+	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
+	bin/sandboxpool-demo down --dir=$(DEMO_DIR)
+
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
+tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
 	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) ## Build the pinned tools.
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
@@ -168,7 +193,7 @@ $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@touch $(KUBE_APISERVER) $(KUBECTL)
 
 .PHONY: kubelet
-kubelet: $(KUBELET) ## Build kubelet (for the end-to-end stack; not needed by make test yet).
+kubelet: $(KUBELET) ## Build kubelet (the node of the end-to-end stack: tests/e2e, make demo).
 
 $(KUBELET): hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kubelet $(KUBE_VERSION)"

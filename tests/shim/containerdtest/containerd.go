@@ -172,22 +172,9 @@ func (c *Containerd) Tool(name string) string { return filepath.Join(c.tools, na
 // writeConfig writes containerd's configuration: this instance's paths, and the drop-in of
 // deploy/containerd with the test's agent address and timeout.
 func (c *Containerd) writeConfig() error {
-	root, err := corpus.RepoRoot()
+	dropIn, err := DropIn(c.opts.AgentAddress, c.opts.AgentTimeout)
 	if err != nil {
 		return err
-	}
-	dropIn, err := os.ReadFile(filepath.Join(root, "deploy", "containerd", "placeholder.toml"))
-	if err != nil {
-		return err
-	}
-	for from, to := range map[string]string{
-		shimapi.AddressEnv + "=" + shimapi.DefaultAddress:                  shimapi.AddressEnv + "=" + c.opts.AgentAddress,
-		agentclient.TimeoutEnv + "=" + agentclient.DefaultTimeout.String(): agentclient.TimeoutEnv + "=" + c.opts.AgentTimeout.String(),
-	} {
-		if !bytes.Contains(dropIn, []byte(from)) {
-			return fmt.Errorf("deploy/containerd/placeholder.toml no longer sets %s", from)
-		}
-		dropIn = bytes.ReplaceAll(dropIn, []byte(from), []byte(to))
 	}
 	dropInPath := filepath.Join(c.Dir, "placeholder.toml")
 	if err := os.WriteFile(dropInPath, dropIn, 0o644); err != nil {
@@ -220,6 +207,30 @@ imports = ['%[2]s']
     restrict_oom_score_adj = true
 `, d, dropInPath, c.opts.LogLevel, image.Name)
 	return os.WriteFile(filepath.Join(d, "config.toml"), []byte(config), 0o644)
+}
+
+// DropIn is the containerd drop-in users install (deploy/containerd/placeholder.toml) with
+// the agent's address and the shims' agent timeout replaced. The end-to-end stack
+// (tests/e2e/stack) configures its node's containerd with it too.
+func DropIn(agentAddress string, agentTimeout time.Duration) ([]byte, error) {
+	root, err := corpus.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dropIn, err := os.ReadFile(filepath.Join(root, "deploy", "containerd", "placeholder.toml"))
+	if err != nil {
+		return nil, err
+	}
+	for from, to := range map[string]string{
+		shimapi.AddressEnv + "=" + shimapi.DefaultAddress:                  shimapi.AddressEnv + "=" + agentAddress,
+		agentclient.TimeoutEnv + "=" + agentclient.DefaultTimeout.String(): agentclient.TimeoutEnv + "=" + agentTimeout.String(),
+	} {
+		if !bytes.Contains(dropIn, []byte(from)) {
+			return nil, fmt.Errorf("deploy/containerd/placeholder.toml no longer sets %s", from)
+		}
+		dropIn = bytes.ReplaceAll(dropIn, []byte(from), []byte(to))
+	}
+	return dropIn, nil
 }
 
 // start starts the containerd process and waits until it serves.
@@ -390,7 +401,11 @@ type Shim struct {
 }
 
 // ShimPIDs returns the shim processes of this containerd (those whose bundle is below Dir).
-func (c *Containerd) ShimPIDs() map[int]Shim {
+func (c *Containerd) ShimPIDs() map[int]Shim { return ShimsBelow(c.Dir) }
+
+// ShimsBelow returns the shim processes whose bundle (working directory) is below dir: the
+// shims of a containerd whose state lives there.
+func ShimsBelow(dir string) map[int]Shim {
 	out := map[int]Shim{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -404,7 +419,7 @@ func (c *Containerd) ShimPIDs() map[int]Shim {
 			continue
 		}
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
-		if strings.HasPrefix(base, "containerd-shim-") && strings.HasPrefix(cwd, c.Dir+"/") {
+		if strings.HasPrefix(base, "containerd-shim-") && strings.HasPrefix(cwd, dir+"/") {
 			out[pid] = Shim{Binary: base, Bundle: cwd}
 		}
 	}
@@ -468,6 +483,10 @@ func Poll(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
+
+// UnmountBelow detaches whatever is still mounted below dir (container root file systems,
+// network namespaces), deepest first.
+func UnmountBelow(dir string) { unmountBelow(dir) }
 
 // unmountBelow detaches whatever a failed test left mounted below dir (rootfs of runc
 // containers), deepest first, so the directory can be removed.

@@ -1,0 +1,311 @@
+package stack
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/agentcube/sandboxpool/hack/pause/image"
+	"github.com/agentcube/sandboxpool/shim/agentclient"
+	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
+	"sigs.k8s.io/yaml"
+)
+
+// The node's files: everything below Stack.Dir/node (kept short: unix socket paths are
+// limited to 108 bytes, and containerd's shim sockets add a 64-character hash).
+type nodePaths struct {
+	dir          string // <dir>/n
+	manifests    string // kubelet's staticPodPath = the agent's --manifest-dir
+	containerd   string // containerd's config, root, state, sockets
+	socket       string // containerd's GRPC socket (CRI for kubelet)
+	agentSocket  string // the agent's shim API (SANDBOXPOOL_AGENT_ADDRESS)
+	cniConf      string
+	cniIPAM      string
+	kubeletRoot  string
+	kubeletCfg   string
+	podLogs      string
+	nodeCtl      string // node-ctl's socket, config, pid file, disabled marker
+	nodeCtlSock  string
+	nodeCtlCfg   string
+	nodeCtlPid   string
+	nodeCtlHold  string
+	pauseArchive string
+}
+
+func newNodePaths(dir string) nodePaths {
+	n := filepath.Join(dir, "n")
+	return nodePaths{
+		dir:          n,
+		manifests:    filepath.Join(n, "manifests"),
+		containerd:   filepath.Join(n, "c"),
+		socket:       filepath.Join(n, "c", "c.sock"),
+		agentSocket:  filepath.Join(n, "agent.sock"),
+		cniConf:      filepath.Join(n, "net.d"),
+		cniIPAM:      filepath.Join(n, "ipam"),
+		kubeletRoot:  filepath.Join(n, "kubelet"),
+		kubeletCfg:   filepath.Join(n, "kubelet.yaml"),
+		podLogs:      filepath.Join(n, "pod-logs"),
+		nodeCtl:      filepath.Join(n, "nc"),
+		nodeCtlSock:  filepath.Join(n, "nc", "nc.sock"),
+		nodeCtlCfg:   filepath.Join(n, "nc", "node-ctl.json"),
+		nodeCtlPid:   filepath.Join(n, "nc", "pid"),
+		nodeCtlHold:  filepath.Join(n, "nc", "stopped"),
+		pauseArchive: filepath.Join(n, "pause.tar"),
+	}
+}
+
+// network is the node's CNI bridge network, derived from the stack's id so two stacks on
+// one machine (the demo and a test run) do not share a bridge or a subnet.
+type network struct {
+	Name   string // CNI network name
+	Bridge string // Linux bridge, at most 15 characters
+	Subnet string // a /24 in 10.222.0.0/16
+}
+
+func networkFor(id string) network {
+	h := sha256.Sum256([]byte(id))
+	return network{
+		Name:   "sandboxpool-" + id,
+		Bridge: "sp" + fmt.Sprintf("%x", h[:4]), // 10 characters
+		Subnet: fmt.Sprintf("10.222.%d.0/24", h[4]),
+	}
+}
+
+// writeCNIConfig writes the bridge + host-local network (Debian's containernetworking-
+// plugins): what makes the node Ready, and what gives a pod with its own network namespace
+// an address. No IP masquerading: nothing is written to iptables.
+func writeCNIConfig(p nodePaths, n network) error {
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       n.Name,
+		"plugins": []any{map[string]any{
+			"type": "bridge", "bridge": n.Bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": n.Subnet}}},
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"dataDir": p.cniIPAM,
+			},
+		}},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(p.cniConf, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(p.cniConf, "10-sandboxpool.conflist"), b, 0o644)
+}
+
+// writeContainerdConfig writes containerd's configuration: this node's paths, the CRI
+// settings this host needs (REAL-STACK.md: restrict_oom_score_adj, the local pause image
+// pinned as the sandbox image, CNI from Debian's package), network namespaces under the
+// state directory, and the placeholder drop-in users install (deploy/containerd), with the
+// agent's address replaced.
+func writeContainerdConfig(p nodePaths) error {
+	dropIn, err := containerdtest.DropIn(p.agentSocket, agentclient.DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(p.containerd, 0o755); err != nil {
+		return err
+	}
+	dropInPath := filepath.Join(p.containerd, "placeholder.toml")
+	if err := os.WriteFile(dropInPath, dropIn, 0o644); err != nil {
+		return err
+	}
+	config := fmt.Sprintf(`version = 4
+root = '%[1]s/root'
+state = '%[1]s/state'
+imports = ['%[2]s']
+
+[plugins]
+  [plugins.'io.containerd.server.v1.grpc']
+    address = '%[3]s'
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = '%[3]s.ttrpc'
+  [plugins.'io.containerd.internal.v1.opt']
+    path = '%[1]s/opt'
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+  [plugins.'io.containerd.shim.v1.manager']
+    socket_dir = '%[1]s/s'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '%[4]s'
+  [plugins.'io.containerd.cri.v1.runtime']
+    # This VM lacks CAP_SYS_RESOURCE: every runc sandbox fails without it.
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['%[5]s']
+      conf_dir = '%[6]s'
+`, p.containerd, dropInPath, p.socket, image.Name, CNIBinDir, p.cniConf)
+	return os.WriteFile(filepath.Join(p.containerd, "config.toml"), []byte(config), 0o644)
+}
+
+// kubeletConfig is the KubeletConfiguration of the node (REAL-STACK.md: cgroup v1 host →
+// failCgroupV1 false, cgroupfs). Everything kubelet writes is below the node's directory;
+// its pod cgroups are below cgroupRoot; it opens no port (enableServer false, no healthz or
+// read-only port) and touches no iptables.
+type kubeletConfig struct {
+	APIVersion                  string            `json:"apiVersion"`
+	Kind                        string            `json:"kind"`
+	FailCgroupV1                bool              `json:"failCgroupV1"`
+	CgroupDriver                string            `json:"cgroupDriver"`
+	CgroupRoot                  string            `json:"cgroupRoot"`
+	ContainerRuntimeEndpoint    string            `json:"containerRuntimeEndpoint"`
+	StaticPodPath               string            `json:"staticPodPath"`
+	FileCheckFrequency          string            `json:"fileCheckFrequency"`
+	SyncFrequency               string            `json:"syncFrequency"`
+	PodLogsDir                  string            `json:"podLogsDir"`
+	EnableServer                bool              `json:"enableServer"`
+	HealthzPort                 int               `json:"healthzPort"`
+	ReadOnlyPort                int               `json:"readOnlyPort"`
+	MakeIPTablesUtilChains      bool              `json:"makeIPTablesUtilChains"`
+	EvictionHard                map[string]string `json:"evictionHard"`
+	ImageGCHighThresholdPercent int               `json:"imageGCHighThresholdPercent"`
+	ImageGCLowThresholdPercent  int               `json:"imageGCLowThresholdPercent"`
+	Authentication              map[string]any    `json:"authentication"`
+	Authorization               map[string]any    `json:"authorization"`
+	RegisterNode                bool              `json:"registerNode"`
+}
+
+func writeKubeletConfig(p nodePaths, cgroupRoot string) error {
+	c := kubeletConfig{
+		APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration",
+		FailCgroupV1: false, CgroupDriver: "cgroupfs", CgroupRoot: cgroupRoot,
+		ContainerRuntimeEndpoint: "unix://" + p.socket,
+		StaticPodPath:            p.manifests,
+		// kubelet watches the directory with inotify; this is its re-list period.
+		FileCheckFrequency: "5s",
+		SyncFrequency:      "10s",
+		PodLogsDir:         p.podLogs,
+		EnableServer:       false, HealthzPort: 0, ReadOnlyPort: 0,
+		MakeIPTablesUtilChains: false,
+		// A shared test machine's disk must not evict the placeholder pod.
+		EvictionHard:                map[string]string{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+		ImageGCHighThresholdPercent: 100, ImageGCLowThresholdPercent: 99,
+		Authentication: map[string]any{"anonymous": map[string]any{"enabled": false}, "webhook": map[string]any{"enabled": false}},
+		Authorization:  map[string]any{"mode": "AlwaysAllow"},
+		RegisterNode:   true,
+	}
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p.kubeletCfg, b, 0o644)
+}
+
+// cgroupV1Mounts are the mount points of the cgroup v1 hierarchies (and the unified one of
+// a hybrid host), from /proc/self/mountinfo.
+func cgroupMounts() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// ... mountpoint ... - fstype source options
+		fields := strings.Fields(s.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
+			out = append(out, fields[4])
+		}
+	}
+	return out, s.Err()
+}
+
+// createCgroup creates the cgroup at path (e.g. "/spe2e123") in every hierarchy: kubelet
+// refuses a cgroupRoot that does not exist.
+func createCgroup(path string) error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if err := os.MkdirAll(filepath.Join(m, path), 0o755); err != nil {
+			return fmt.Errorf("creating cgroup %s in %s: %w", path, m, err)
+		}
+	}
+	return nil
+}
+
+// removeCgroup kills every process left in the cgroup at path and below it, in every
+// hierarchy, and removes the cgroups, deepest first.
+func removeCgroup(path string) error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range mounts {
+		top := filepath.Join(m, path)
+		var dirs []string
+		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := rmdirCgroup(dirs[i]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func rmdirCgroup(dir string) error {
+	var err error
+	for range 50 {
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, perr := strconv.Atoi(f); perr == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if err = syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		sleepPoll()
+	}
+	return fmt.Errorf("removing cgroup %s: %w", dir, err)
+}
+
+// unmountAll detaches everything mounted below dir — container root file systems, network
+// namespaces, kubelet's bind mount of its root directory (one per kubelet start) — until
+// nothing is left, so that dir can be removed.
+func unmountAll(dir string) {
+	for range 20 {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil || !strings.Contains(string(b), " "+dir+"/") {
+			return
+		}
+		containerdtest.UnmountBelow(dir)
+	}
+}
+
+// deleteLink removes a network interface (the CNI bridge) if it exists.
+func deleteLink(name string) {
+	if _, err := os.Stat(filepath.Join("/sys/class/net", name)); err != nil {
+		return
+	}
+	_ = exec.Command("ip", "link", "delete", name).Run()
+}
