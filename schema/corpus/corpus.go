@@ -89,15 +89,40 @@ func Find(name string) (Object, error) {
 
 // RepoRoot is the repository root, found from this source file (tests run in a checkout).
 func RepoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("cannot locate the corpus package source")
+	if _, file, _, ok := runtime.Caller(0); ok {
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		if isRepoRoot(root) {
+			return root, nil
+		}
 	}
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("repository root not found at %s: %w", root, err)
+	// A binary built with -trimpath (the demo) has module-relative source paths: look up
+	// from the working directory instead.
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
 	}
-	return root, nil
+	for {
+		if isRepoRoot(dir) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("repository root (the go.mod of %s) not found from the source path or the working directory", modulePath)
+		}
+		dir = parent
+	}
+}
+
+// modulePath is the module whose go.mod marks the repository root.
+const modulePath = "github.com/agentcube/sandboxpool"
+
+func isRepoRoot(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(first) == "module "+modulePath
 }
 
 func readDir(fsys fs.FS, dir string) ([]Object, error) {
