@@ -189,9 +189,11 @@ func writeKubeletConfig(p nodePaths, cgroupRoot string) error {
 		StaticPodPath:            p.manifests,
 		// kubelet watches the directory with inotify; this is its re-list period.
 		FileCheckFrequency: "5s",
-		SyncFrequency:      "10s",
-		PodLogsDir:         p.podLogs,
-		EnableServer:       false, HealthzPort: 0, ReadOnlyPort: 0,
+		// How often kubelet syncs every pod; a deleted mirror pod is created again only on
+		// this sync (kubelet's default: 1 min).
+		SyncFrequency: "10s",
+		PodLogsDir:    p.podLogs,
+		EnableServer:  false, HealthzPort: 0, ReadOnlyPort: 0,
 		MakeIPTablesUtilChains: false,
 		// A shared test machine's disk must not evict the placeholder pod.
 		EvictionHard:                map[string]string{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%"},

@@ -326,9 +326,10 @@ Try next:
   kubectl get sp %[4]s -o jsonpath='{.status.resize}'; echo
   curl -s --unix-socket %[5]s http://node-ctl/v1/state; echo
   kubectl -n %[6]s delete pod sandbox-pool-%[1]s
-                                          # the mirror pod: kubelet recreates it in seconds
+                                          # the mirror pod: kubelet recreates it on its next
+                                          # sync (10 s here; 1 min with kubelet's default)
   rm %[7]s/sandbox-pool-%[4]s.yaml
-                                          # the manifest: the agent restores it
+                                          # the manifest: the agent restores it at once
   kubectl delete spc demo                 # the pool, the pod and node-ctl's slice go
   make demo-down                          # stop everything (logs in %[8]s until then)
 `, st.NodeName, st.Kubeconfig, tools.Kubectl(), pool, st.NodeCtlSocket, v1alpha1.DefaultPodNamespace, st.ManifestDir, st.LogDir)
