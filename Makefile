@@ -167,12 +167,17 @@ DEMO_BINARIES := ./cmd/placeholder-agent ./cmd/sandboxpool-controller ./cmd/sand
 	./cmd/node-ctl ./cmd/containerd-shim-placeholder-v2
 
 .PHONY: demo
-demo: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CONTAINERD_BINS) ## Run the whole system on this machine (root): control plane, one kubelet node, the examples.
+demo: demo-preflight $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CONTAINERD_BINS) ## Run the whole system on this machine (root): control plane, one kubelet node, the examples.
 	@mkdir -p bin
 	$(GO) build -trimpath -o bin/ $(DEMO_BINARIES)
 	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
 	KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) \
 		bin/sandboxpool-demo up --dir=$(DEMO_DIR) --bin=bin
+
+.PHONY: demo-preflight
+demo-preflight: # before the tools are built: the demo needs root
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "make demo runs kubelet, containerd and node-ctl on real cgroups: run it as root"; exit 1; fi
 
 .PHONY: demo-down
 demo-down: ## Stop exactly what make demo started (PIDs from its state file) and remove its directories.
