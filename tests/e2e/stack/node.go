@@ -157,7 +157,10 @@ imports = ['%[2]s']
 // kubeletConfig is the KubeletConfiguration of the node (REAL-STACK.md: cgroup v1 host →
 // failCgroupV1 false, cgroupfs). Everything kubelet writes is below the node's directory;
 // its pod cgroups are below cgroupRoot; it opens no port (enableServer false, no healthz or
-// read-only port) and touches no iptables.
+// read-only port) and touches no iptables. One host-wide effect remains: like every kubelet
+// without protectKernelDefaults (which would refuse to start instead), it sets the kernel
+// tunables it expects — vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
+// kernel.panic_on_oops=1 — and they stay set after it stops.
 type kubeletConfig struct {
 	APIVersion                  string            `json:"apiVersion"`
 	Kind                        string            `json:"kind"`
