@@ -185,15 +185,5 @@ func getPool(t *testing.T, name string) *v1alpha1.SandboxPool {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last state: %s", what, within, state)
-		}
-		time.Sleep(25 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
 }

@@ -3,14 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentcube/sandboxpool/tests/framework"
 
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/agent/manifest"
@@ -100,35 +100,15 @@ func TestOrphanCleanupAtStart(t *testing.T) {
 // TestHealthAndMetrics: /healthz, /readyz and /metrics on the agent's addresses.
 func TestHealthAndMetrics(t *testing.T) {
 	n := newNode(t, "health-node")
-	health, metrics := freeAddr(t), freeAddr(t)
+	health, metrics := framework.FreeAddr(t), framework.FreeAddr(t)
 	n.startAgent(func(o *agent.Options) { o.HealthzAddr, o.MetricsAddr = health, metrics })
 	eventually(t, "/healthz and /readyz answer 200", 20*time.Second, func() (bool, string) {
-		h, _ := httpGet("http://" + health + "/healthz")
-		r, _ := httpGet("http://" + health + "/readyz")
+		h, _ := framework.HTTPGet("http://" + health + "/healthz")
+		r, _ := framework.HTTPGet("http://" + health + "/readyz")
 		return h == http.StatusOK && r == http.StatusOK, fmt.Sprintf("healthz %d readyz %d", h, r)
 	})
 	eventually(t, "/metrics has the agent's metrics", 20*time.Second, func() (bool, string) {
-		code, body := httpGet("http://" + metrics + "/metrics")
+		code, body := framework.HTTPGet("http://" + metrics + "/metrics")
 		return code == http.StatusOK && strings.Contains(body, "sandboxpool_agent_nodectl_up 1"), fmt.Sprint(code)
 	})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func httpGet(url string) (int, string) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }

@@ -6,8 +6,6 @@ package failover
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,53 +66,23 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	return err
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type replica struct {
 	*framework.Process
 	probe, metrics string
 }
 
 func startReplica(t *testing.T, name string) replica {
-	r := replica{probe: freeAddr(t), metrics: freeAddr(t)}
+	r := replica{probe: framework.FreeAddr(t), metrics: framework.FreeAddr(t)}
 	r.Process = framework.StartProcess(t, name, binary, "--kubeconfig", kubeconfig,
 		"--leader-elect", "--leader-lease-duration=4s", "--leader-renew-deadline=3s", "--leader-retry-period=500ms",
 		"--health-probe-bind-address", r.probe, "--metrics-bind-address", r.metrics, "--zap-devel")
 	return r
 }
 
-func get(url string) (int, string) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
+// eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last state: %s", what, within, state)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+	framework.Eventually(t, what, within, 50*time.Millisecond, cond)
 }
 
 func leaderIdentity(t *testing.T) string {
@@ -177,8 +145,8 @@ func TestLeaderFailover(t *testing.T) {
 	b := startReplica(t, "replica-b")
 	for _, r := range []replica{a, b} {
 		eventually(t, r.Name+" healthy and ready", 30*time.Second, func() (bool, string) {
-			h, hb := get("http://" + r.probe + "/healthz")
-			rd, rb := get("http://" + r.probe + "/readyz")
+			h, hb := framework.HTTPGet("http://" + r.probe + "/healthz")
+			rd, rb := framework.HTTPGet("http://" + r.probe + "/readyz")
 			return h == http.StatusOK && rd == http.StatusOK, fmt.Sprintf("healthz %d %s, readyz %d %s", h, hb, rd, rb)
 		})
 	}
@@ -201,8 +169,8 @@ func TestLeaderFailover(t *testing.T) {
 		return slices.Equal(got, wantNodes(10)), fmt.Sprint(got)
 	})
 	// Only the leader reconciles: exactly one replica reports the class's pools.
-	_, ma := get("http://" + a.metrics + "/metrics")
-	_, mb := get("http://" + b.metrics + "/metrics")
+	_, ma := framework.HTTPGet("http://" + a.metrics + "/metrics")
+	_, mb := framework.HTTPGet("http://" + b.metrics + "/metrics")
 	if strings.Contains(ma, `sandboxpool_pools{class="ha"`) == strings.Contains(mb, `sandboxpool_pools{class="ha"`) {
 		t.Fatalf("want exactly one replica (the leader) with class metrics; a has them: %v, b has them: %v",
 			strings.Contains(ma, `class="ha"`), strings.Contains(mb, `class="ha"`))
@@ -231,7 +199,7 @@ func TestLeaderFailover(t *testing.T) {
 		return class.Status.TotalSandboxPools == 20, fmt.Sprintf("%+v", class.Status)
 	})
 	eventually(t, "the new leader's metrics count 20 pools of class ha", 10*time.Second, func() (bool, string) {
-		_, m := get("http://" + follower.metrics + "/metrics")
+		_, m := framework.HTTPGet("http://" + follower.metrics + "/metrics")
 		lines := grep(m, `sandboxpool_pools{class="ha"`)
 		total := 0.0
 		for l := range strings.SplitSeq(lines, "\n") {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcube/sandboxpool/tests/framework"
+
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -61,20 +63,10 @@ func poolsOfClass(t *testing.T, class string) []v1alpha1.SandboxPool {
 	return slices.DeleteFunc(list.Items, func(p v1alpha1.SandboxPool) bool { return p.Spec.ClassRef.Name != class })
 }
 
-// eventually polls cond until it holds or the deadline passes; what says what was awaited.
+// eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last state: %s", what, within, state)
-		}
-		time.Sleep(25 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
 }
 
 // classEvents lists the events.k8s.io events about an object with the reason.
