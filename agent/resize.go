@@ -2,10 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // DefaultWatermark is the share of a new, smaller memory size the pool's sandboxes may use
@@ -90,8 +91,7 @@ func planResize(in resizeInput) resizePlan {
 				target[r] = a.DeepCopy()
 				p.Deferred = true
 				p.Reason = fmt.Sprintf("memory in use %s is above %.0f%% of the new size %s (%s)",
-					resource.NewQuantity(in.AllocatedMemory, resource.BinarySI), in.Watermark*100, d.String(),
-					resource.NewQuantity(limit, resource.BinarySI))
+					readableBytes(in.AllocatedMemory), in.Watermark*100, d.String(), readableBytes(limit))
 			}
 		}
 	}
@@ -100,6 +100,21 @@ func planResize(in resizeInput) resizePlan {
 	}
 	p.Synced = in.Applied != nil && equalResources(in.Applied, in.Desired) && podRuns(in.Pod, in.Desired)
 	return p
+}
+
+// readableBytes prints n for the deferred reason a person reads: "6.87Gi", "512Mi",
+// "900Ki". Usage is rarely a round number, and a quantity would print it as raw bytes.
+func readableBytes(n int64) string {
+	for _, u := range []struct {
+		size int64
+		unit string
+	}{{1 << 40, "Ti"}, {1 << 30, "Gi"}, {1 << 20, "Mi"}, {1 << 10, "Ki"}} {
+		if n >= u.size {
+			v := strconv.FormatFloat(float64(n)/float64(u.size), 'f', 2, 64)
+			return strings.TrimSuffix(strings.TrimRight(v, "0"), ".") + u.unit
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func (p resizePlan) withoutNodeCtl(in resizeInput, reason string) resizePlan {

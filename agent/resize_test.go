@@ -69,7 +69,7 @@ func TestPlanResize(t *testing.T) {
 			if p.Synced != tc.synced || p.Deferred != tc.deferred {
 				t.Errorf("synced %v deferred %v, want %v %v", p.Synced, p.Deferred, tc.synced, tc.deferred)
 			}
-			if tc.deferred && !strings.Contains(p.Reason, "85%") {
+			if tc.deferred && (!strings.Contains(p.Reason, "85%") || !strings.Contains(p.Reason, "Gi ")) {
 				t.Errorf("deferred reason %q does not give the watermark", p.Reason)
 			}
 			// The invariant: what node-ctl will run never exceeds what the pod locks now
@@ -142,5 +142,16 @@ func TestResizeState(t *testing.T) {
 	}
 	if d := resizeState(nil, false, resizePlan{Deferred: true, Reason: "r"}, want); d.Status != v1alpha1.ResizeDeferred || d.DeferredReason != "r" {
 		t.Errorf("deferred: %+v", d)
+	}
+}
+
+func TestReadableBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0", 1000: "1000", 1024: "1Ki", 512 << 20: "512Mi", 7378697629: "6.87Gi",
+		85 * (2 << 30) / 100: "1.7Gi", 3 << 40: "3Ti",
+	} {
+		if got := readableBytes(n); got != want {
+			t.Errorf("readableBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
