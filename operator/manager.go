@@ -75,7 +75,7 @@ func DefaultOptions() Options {
 		MetricsAddr:             ":8080",
 		ProbeAddr:               ":8081",
 		LeaderElection:          true,
-		LeaderElectionNamespace: v1alpha1.DefaultLeaseNamespace,
+		LeaderElectionNamespace: v1alpha1.DefaultSystemNamespace,
 		LeaderElectionID:        DefaultLeaderElectionID,
 		LeaderLeaseDuration:     15 * time.Second,
 		LeaderRenewDeadline:     10 * time.Second,

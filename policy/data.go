@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"slices"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Paths of the data the engine supplies to the policy, outside the bundle roots.
@@ -23,7 +25,7 @@ const (
 const (
 	// DefaultNamespace is the namespace of the default install: the controller's and the
 	// per-node agent service accounts live there.
-	DefaultNamespace = "sandbox-pool-system"
+	DefaultNamespace = v1alpha1.DefaultSystemNamespace
 	// DefaultNodeServiceAccountPrefix starts the name of every per-node agent service
 	// account; the node name follows it.
 	DefaultNodeServiceAccountPrefix = "placeholder-agent-"

@@ -38,9 +38,22 @@ const (
 	AnnotationEverReady = LabelPrefix + "ever-ready"
 )
 
+// DefaultSystemNamespace is the namespace of the default install: the controller and
+// webhook Deployments, their service accounts and the controller's leader-election Lease.
+const DefaultSystemNamespace = "sandbox-pool-system"
+
 // Lease liveness (SPEC §3.4): each agent renews a coordination.k8s.io Lease named after its
-// pool, in a namespace of the operator's choosing (Leases are namespaced).
-const DefaultLeaseNamespace = "sandbox-pool-system"
+// pool, in a namespace of the operator's choosing (Leases are namespaced). The default is a
+// namespace of its own, like kube-node-lease: the agents' only Lease grant is a Role there
+// (deploy/rbac), so a node can renew pool Leases but not touch the controller's
+// leader-election Lease or anything else.
+const DefaultLeaseNamespace = "sandbox-pool-node-lease"
+
+// LeaseServiceAccountPrefix names the per-node service accounts, in the Lease namespace,
+// that renew the Leases where the NodeRestriction admission plugin forbids a node identity
+// any Lease but its own in kube-node-lease: the agent of node N renews with
+// system:serviceaccount:<lease namespace>:placeholder-agent-N (its --lease-kubeconfig).
+const LeaseServiceAccountPrefix = "placeholder-agent-"
 
 // The placeholder pod (SPEC §3.5): a static pod the node's placeholder-agent writes into
 // kubelet's manifest directory. kubelet names its mirror pod PlaceholderPodName + "-" +
@@ -51,7 +64,7 @@ const (
 	// DefaultPodNamespace is the namespace of the placeholder pods unless the agent is told
 	// otherwise. kubelet runs a static pod whatever its namespace, but creates its mirror pod
 	// only when the namespace exists.
-	DefaultPodNamespace = "sandbox-pool-system"
+	DefaultPodNamespace = DefaultSystemNamespace
 )
 
 // Server-side apply field managers: the two writers of SandboxPool status (SPEC §4).

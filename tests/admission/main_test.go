@@ -34,8 +34,8 @@ func TestMain(m *testing.M) {
 // expects it, then waits until it is ready (certificate loaded, inventory synced).
 func setUp(ctx context.Context, c *framework.ControlPlane) error {
 	cp = c
-	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
-		return fmt.Errorf("applying deploy/rbac: %w: %s", err, stderr)
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
+		return err
 	}
 	wo := cp.WebhookOptions()
 	healthAddr = freeAddr()

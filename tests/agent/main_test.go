@@ -61,12 +61,7 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	for _, f := range []string{"rbac", "runtimeclass.yaml"} {
-		if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", f)); err != nil {
-			return fmt.Errorf("applying deploy/%s: %w: %s", f, err, stderr)
-		}
-	}
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultPodNamespace}}); err != nil {
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac", "runtimeclass.yaml"); err != nil {
 		return err
 	}
 	// The Priority admission plugin resolves a mirror pod's priorityClassName and rejects a

@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/webhook"
 )
@@ -175,9 +176,13 @@ func TestControllerDeployment(t *testing.T) {
 	if !opts.LeaderElection {
 		t.Error("leader election is off with more than one replica")
 	}
-	if opts.LeaseNamespace != d.Namespace || opts.LeaderElectionNamespace != d.Namespace {
-		t.Errorf("--lease-namespace %q and --leader-election-namespace %q, want the install's namespace %q",
-			opts.LeaseNamespace, opts.LeaderElectionNamespace, d.Namespace)
+	if opts.LeaderElectionNamespace != d.Namespace {
+		t.Errorf("--leader-election-namespace %q, want the install's namespace %q", opts.LeaderElectionNamespace, d.Namespace)
+	}
+	// The agents' Leases live apart from the leader-election Lease: the agents' Role grants
+	// Leases in that namespace only (deploy/rbac).
+	if opts.LeaseNamespace != v1alpha1.DefaultLeaseNamespace {
+		t.Errorf("--lease-namespace %q, want %q (the namespace of the agents' Lease Role)", opts.LeaseNamespace, v1alpha1.DefaultLeaseNamespace)
 	}
 	checkPodSpec(t, d, port(t, opts.ProbeAddr), port(t, opts.MetricsAddr))
 	checkPDB(t, objs, d)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -48,10 +47,7 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	if admin, err = client.New(cp.Config, client.Options{Scheme: s}); err != nil {
 		return err
 	}
-	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
-		return fmt.Errorf("applying deploy/rbac: %w: %s", err, stderr)
-	}
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultLeaseNamespace}}); err != nil {
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "sandboxpool-failover-")

@@ -89,3 +89,13 @@ func WithNodeAuthorizer() Option {
 		env.ControlPlane.GetAPIServer().Configure().Set("authorization-mode", "Node,RBAC")
 	}
 }
+
+// WithNodeRestriction adds the NodeRestriction admission plugin to the API server's default
+// plugins (Priority and RuntimeClass among them), as production clusters run it: a node
+// identity may create only mirror pods bound to itself, and write no Lease but its own in
+// kube-node-lease.
+func WithNodeRestriction() Option {
+	return func(env *envtest.Environment, _ string) {
+		env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "NodeRestriction")
+	}
+}

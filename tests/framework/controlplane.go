@@ -150,6 +150,17 @@ func (c *ControlPlane) Kubectl(ctx context.Context, stdin io.Reader, args ...str
 	return o.String(), strings.TrimSpace(e.String()), err
 }
 
+// ApplyDeploy runs kubectl apply -f on each path under deploy/, in order, as an operator
+// installs them (namespace.yaml before rbac: the Lease Role lives in its namespace).
+func (c *ControlPlane) ApplyDeploy(ctx context.Context, paths ...string) error {
+	for _, p := range paths {
+		if _, stderr, err := c.Kubectl(ctx, nil, "apply", "-f", filepath.Join(c.Root, "deploy", p)); err != nil {
+			return fmt.Errorf("kubectl apply -f deploy/%s: %w: %s", p, err, stderr)
+		}
+	}
+	return nil
+}
+
 // WebhookOptions says where the API server expects the webhook server registered with
 // WithWebhooks: LocalServingHost, LocalServingPort and LocalServingCertDir.
 func (c *ControlPlane) WebhookOptions() envtest.WebhookInstallOptions {

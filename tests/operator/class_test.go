@@ -41,7 +41,7 @@ func newClass(name, cpu string) *v1alpha1.SandboxPoolClass {
 const selectorLabel = "sandbox.test/class"
 
 // mirrorNamespace holds the test's stand-ins for mirror pods.
-const mirrorNamespace = leaseNamespace
+const mirrorNamespace = v1alpha1.DefaultPodNamespace
 
 func createNode(t *testing.T, name string, labels map[string]string) {
 	t.Helper()

@@ -62,15 +62,12 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	if admin, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
-		return fmt.Errorf("applying deploy/rbac: %w: %s", err, stderr)
-	}
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNamespace}}); err != nil {
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
 		return err
 	}
 	// No controller-manager runs here to create the namespace's default service account,
 	// which the ServiceAccount admission plugin needs for the stand-in mirror pods.
-	if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: "default"}}); err != nil {
+	if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: mirrorNamespace, Name: "default"}}); err != nil {
 		return err
 	}
 	cfg, err := cp.AddUser(controllerUser, "system:serviceaccounts", "system:serviceaccounts:sandbox-pool-system", "system:authenticated")

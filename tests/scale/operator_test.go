@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,10 +94,7 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "rbac")); err != nil {
-		t.Fatalf("deploy/rbac: %v: %s", err, stderr)
-	}
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultLeaseNamespace}}); err != nil {
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
 		t.Fatal(err)
 	}
 	dir, err := os.MkdirTemp("", "sandboxpool-scale-")

@@ -33,7 +33,6 @@ import (
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -43,8 +42,8 @@ import (
 
 // Identities of the control-plane components (deploy/rbac binds their roles).
 const (
-	ControllerUser = "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":sandbox-pool-controller"
-	WebhookUser    = "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":sandbox-pool-webhook"
+	ControllerUser = "system:serviceaccount:" + v1alpha1.DefaultSystemNamespace + ":sandbox-pool-controller"
+	WebhookUser    = "system:serviceaccount:" + v1alpha1.DefaultSystemNamespace + ":sandbox-pool-webhook"
 )
 
 // Timers are the components' timers. Tests shorten the ones of minutes.
@@ -193,7 +192,7 @@ func (s *Stack) start(ctx context.Context) error {
 	opts := []framework.Option{framework.WithNodeAuthorizer(), framework.WithWebhooks(filepath.Join("deploy", "webhook"))}
 	what := "Node authorizer, default admission plugins"
 	if o.NodeRestriction {
-		opts, what = append(opts, withNodeRestriction()), what+" and NodeRestriction"
+		opts, what = append(opts, framework.WithNodeRestriction()), what+" and NodeRestriction"
 	}
 	o.Logf("starting etcd and kube-apiserver (%s), installing the CRDs", what)
 	t0 := time.Now()
@@ -225,16 +224,6 @@ func (s *Stack) start(ctx context.Context) error {
 	return s.startNode(ctx)
 }
 
-// withNodeRestriction adds the NodeRestriction admission plugin to the API server's
-// default plugins (Priority and RuntimeClass among them), as production clusters run it: a
-// node identity may create only mirror pods bound to itself, and write only its own Lease
-// in kube-node-lease.
-func withNodeRestriction() framework.Option {
-	return func(env *envtest.Environment, _ string) {
-		env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "NodeRestriction")
-	}
-}
-
 // build builds the project's binaries (unless Options.Bin has them) and the pause image.
 func (s *Stack) build(ctx context.Context) error {
 	s.bin = s.Opts.Bin
@@ -262,24 +251,15 @@ func (s *Stack) build(ctx context.Context) error {
 	return image.Build(ctx, s.paths.pauseArchive)
 }
 
-// applyDeploy creates the namespace and applies what an operator applies: RBAC, the
-// webhook's RBAC and the RuntimeClass (the CRDs and the webhook configuration are in).
+// applyDeploy applies what an operator applies: the namespaces, RBAC, the webhook's RBAC
+// and the RuntimeClass (the CRDs and the webhook configuration are in).
 func (s *Stack) applyDeploy(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultPodNamespace}}
-	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	for _, f := range []string{"rbac", filepath.Join("webhook", "rbac.yaml"), "runtimeclass.yaml"} {
-		if _, stderr, err := s.CP.Kubectl(ctx, nil, "apply", "-f", filepath.Join(s.CP.Root, "deploy", f)); err != nil {
-			return fmt.Errorf("kubectl apply -f deploy/%s: %w: %s", f, err, stderr)
-		}
-	}
-	return nil
+	return s.CP.ApplyDeploy(ctx, "namespace.yaml", "rbac", filepath.Join("webhook", "rbac.yaml"), "runtimeclass.yaml")
 }
 
 func (s *Stack) startWebhook(ctx context.Context) error {
 	kc, err := s.writeKubeconfig("webhook.kubeconfig", WebhookUser, "system:serviceaccounts",
-		"system:serviceaccounts:"+v1alpha1.DefaultLeaseNamespace, "system:authenticated")
+		"system:serviceaccounts:"+v1alpha1.DefaultSystemNamespace, "system:authenticated")
 	if err != nil {
 		return err
 	}
@@ -300,7 +280,7 @@ func (s *Stack) startWebhook(ctx context.Context) error {
 
 func (s *Stack) startController(ctx context.Context) error {
 	kc, err := s.writeKubeconfig("controller.kubeconfig", ControllerUser, "system:serviceaccounts",
-		"system:serviceaccounts:"+v1alpha1.DefaultLeaseNamespace, "system:authenticated")
+		"system:serviceaccounts:"+v1alpha1.DefaultSystemNamespace, "system:authenticated")
 	if err != nil {
 		return err
 	}
