@@ -21,6 +21,7 @@ CLI_TOOLS    := $(TOOLS_DIR)/cli-cue$(CUE_VERSION:v%=%)-k8s$(STAGING_VERSION:v%=
 KUBE_APISERVER := $(CONTROLPLANE)/kube-apiserver
 KUBECTL        := $(CONTROLPLANE)/kubectl
 KUBELET        := $(CONTROLPLANE)/kubelet
+KUBE_CONTROLLER_MANAGER := $(CONTROLPLANE)/kube-controller-manager
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
@@ -204,6 +205,15 @@ $(KUBELET): hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kubelet $(KUBE_VERSION)"
 	@mkdir -p $(CONTROLPLANE)
 	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
+	@touch $@
+
+.PHONY: kube-controller-manager
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build kube-controller-manager (its DaemonSet controller is the side-by-side of make bench-scale).
+
+$(KUBE_CONTROLLER_MANAGER): hack/kube/go.mod hack/kube/go.sum
+	@echo ">> building kube-controller-manager $(KUBE_VERSION)"
+	@mkdir -p $(CONTROLPLANE)
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 	@touch $@
 
 $(ETCD): hack/etcd/go.mod hack/etcd/go.sum

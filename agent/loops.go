@@ -99,9 +99,8 @@ func (a *Agent) renewLeases(ctx context.Context) error {
 	tick := time.NewTicker(a.opts.LeaseRenewInterval)
 	defer tick.Stop()
 	for {
-		var pools v1alpha1.SandboxPoolList
-		if err := a.client.List(ctx, &pools); err == nil {
-			for _, p := range pools.Items {
+		if pools, err := a.pools(ctx); err == nil {
+			for _, p := range pools {
 				if p.DeletionTimestamp == nil {
 					a.renewLease(ctx, p.Name)
 				}
@@ -127,14 +126,14 @@ func (a *Agent) renewLease(ctx context.Context, pool string) {
 	if l != nil {
 		l = l.DeepCopy()
 		l.Spec.RenewTime = &now
-		err = a.client.Update(ctx, l)
+		err = a.leaseWriter().Update(ctx, l)
 	}
 	if err != nil {
 		l, err = a.getOrCreateLease(ctx, pool, now)
 	}
 	if err != nil {
 		leaseRenewals.WithLabelValues("error").Inc()
-		log.Error(err, "renewing the lease")
+		log.Error(err, "renewing the lease"+leaseErrorHint(err))
 		return
 	}
 	leaseRenewals.WithLabelValues("ok").Inc()
@@ -153,7 +152,7 @@ func (a *Agent) holdsLease(pool string) bool {
 func (a *Agent) getOrCreateLease(ctx context.Context, pool string, now metav1.MicroTime) (*coordinationv1.Lease, error) {
 	key := types.NamespacedName{Namespace: a.opts.LeaseNamespace, Name: pool}
 	var l coordinationv1.Lease
-	err := a.client.Get(ctx, key, &l)
+	err := a.leaseWriter().Get(ctx, key, &l)
 	switch {
 	case apierrors.IsNotFound(err):
 		l = coordinationv1.Lease{
@@ -162,14 +161,14 @@ func (a *Agent) getOrCreateLease(ctx context.Context, pool string, now metav1.Mi
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.opts.NodeName),
 				LeaseDurationSeconds: ptr.To(int32(a.opts.LeaseTTL / time.Second)), AcquireTime: &now, RenewTime: &now},
 		}
-		return &l, a.client.Create(ctx, &l)
+		return &l, a.leaseWriter().Create(ctx, &l)
 	case err != nil:
 		return nil, err
 	}
 	l.Spec.RenewTime = &now
 	l.Spec.HolderIdentity = ptr.To(a.opts.NodeName)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(a.opts.LeaseTTL / time.Second))
-	return &l, a.client.Update(ctx, &l)
+	return &l, a.leaseWriter().Update(ctx, &l)
 }
 
 // watchManifests re-runs a pool's reconcile when its manifest file changes (fsnotify), and
@@ -184,11 +183,11 @@ func (a *Agent) watchManifests(ctx context.Context) error {
 // (the pool name, or its hashed form for very long names: manifest.FileKey). A file of no
 // pool of this node is left alone; only the start-up cleanup removes files.
 func (a *Agent) triggerFileKey(ctx context.Context, key string) {
-	var pools v1alpha1.SandboxPoolList
-	if err := a.client.List(ctx, &pools); err != nil {
+	pools, err := a.pools(ctx)
+	if err != nil {
 		return
 	}
-	for _, p := range pools.Items {
+	for _, p := range pools {
 		if manifest.FileKey(p.Name) == key {
 			a.trigger(p.Name)
 		}

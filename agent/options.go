@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
 
@@ -39,6 +40,11 @@ type Options struct {
 	LeaseNamespace     string
 	LeaseRenewInterval time.Duration
 	LeaseTTL           time.Duration
+	// LeaseKubeconfig, when set, is the identity the Leases are written with (all else uses
+	// the main one). Under the NodeRestriction admission plugin a node identity may write no
+	// Lease but its own in kube-node-lease: give the agent a per-node service account here.
+	LeaseKubeconfig string
+	leaseConfig     *rest.Config
 	// ManifestVerifyInterval re-checks the manifests even without a file system event.
 	ManifestVerifyInterval time.Duration
 	// Watermark is the share of a smaller memory size usage may reach for a downscale.
@@ -53,6 +59,9 @@ type Options struct {
 	Version string
 	// Clock is the time source (tests inject a fake one).
 	Clock clock.Clock
+	// NodeCtl, when set, answers instead of a client of NodeCtlSocket (the hollow-node
+	// mode simulates node-ctl in process).
+	NodeCtl NodeCtl
 }
 
 // DefaultOptions are the flags' defaults.
@@ -93,6 +102,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NodeCtlStopCommand, "node-ctl-stop-command", o.NodeCtlStopCommand, "Stops node-ctl when the node's pool is really gone (sh -c; empty disables).")
 	fs.DurationVar(&o.NodeCtlPollInterval, "node-ctl-poll-interval", o.NodeCtlPollInterval, "How often node-ctl's health and state are read.")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the pool's Lease (the controller's --lease-namespace).")
+	fs.StringVar(&o.LeaseKubeconfig, "lease-kubeconfig", o.LeaseKubeconfig, "Kubeconfig of the identity that renews the pools' Leases (empty: the --kubeconfig one). Needed where the NodeRestriction admission plugin runs: a per-node service account "+v1alpha1.DefaultLeaseNamespace+"/"+v1alpha1.LeaseServiceAccountPrefix+"<node>.")
 	fs.DurationVar(&o.LeaseRenewInterval, "lease-renew-interval", o.LeaseRenewInterval, "How often the pool's Lease is renewed.")
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "The Lease's duration (the controller's --lease-ttl decides liveness).")
 	fs.DurationVar(&o.ManifestVerifyInterval, "manifest-verify-interval", o.ManifestVerifyInterval, "Re-check the manifests this often even without a file system event.")

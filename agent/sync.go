@@ -195,7 +195,8 @@ func appliedResources(st *api.State, pool *v1alpha1.SandboxPool) corev1.Resource
 // static manifest), nil when there is none.
 func (a *Agent) mirrorPod(ctx context.Context, pool *v1alpha1.SandboxPool) *corev1.Pod {
 	var pods corev1.PodList
-	if err := a.client.List(ctx, &pods, client.MatchingLabels{v1alpha1.LabelPoolName: naming.LabelValue(pool.Name)}); err != nil {
+	if err := a.client.List(ctx, &pods, client.MatchingFields{indexNode: a.opts.NodeName},
+		client.MatchingLabels{v1alpha1.LabelPoolName: naming.LabelValue(pool.Name)}); err != nil {
 		logf.FromContext(ctx).Error(err, "listing the placeholder pod")
 		return nil
 	}

@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Fleet runs many agents in one process against one API server: the hollow-node mode of the
+// scale benchmarks (agent/hollow), where one process plays N nodes. The agents share one
+// manager — one cache of every pool and placeholder pod, indexed by node, instead of one
+// server-filtered watch per node, and one client — and one controller whose passes go to
+// the agent of the pool's node. Each agent runs its own Lease renewal and node-ctl poll and
+// the same pass, status and Lease code as a placeholder-agent process. A fleet's agents
+// serve no shim socket, health or metrics endpoint and watch no manifest directory: the
+// caller plays kubelet and the shim, through Agent.Shim.
+type Fleet struct {
+	cfg      *rest.Config
+	mgr      manager.Manager
+	schema   *schema.Schema
+	triggers chan event.GenericEvent
+
+	mu sync.Mutex // guards the fields below
+	// members are the running agents by node name.
+	members map[string]*member
+	// owner is the node of each pool as last seen, for passes about a deleted pool.
+	owner map[string]string
+}
+
+type member struct {
+	agent  *Agent
+	cancel context.CancelFunc
+}
+
+// FleetOptions configure NewFleet.
+type FleetOptions struct {
+	// Workers is how many pool passes run at once (each agent still runs one at a time).
+	Workers int
+	// MetricsAddr serves the agents' metrics (summed over the fleet); "0" disables.
+	MetricsAddr string
+}
+
+// NewFleet builds the shared manager. Run it with Start; add agents with Add once it runs.
+func NewFleet(cfg *rest.Config, o FleetOptions) (*Fleet, error) {
+	sch, err := schema.Compiled()
+	if err != nil {
+		return nil, fmt.Errorf("compiling the CUE schema: %w", err)
+	}
+	s, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	hasPool, err := labels.NewRequirement(v1alpha1.LabelPoolName, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 s,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasPool)},
+		}},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the fleet's manager: %w", err)
+	}
+	if err := indexByNode(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+	f := &Fleet{cfg: cfg, mgr: mgr, schema: sch, triggers: make(chan event.GenericEvent, 4096),
+		members: map[string]*member{}, owner: map[string]string{}}
+	byPoolAnnotation := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+		if pool := o.GetAnnotations()[v1alpha1.AnnotationPoolName]; pool != "" {
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: pool}}}
+		}
+		return nil
+	})
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named("placeholder-agent-fleet").
+		For(&v1alpha1.SandboxPool{}).
+		Watches(&corev1.Pod{}, byPoolAnnotation).
+		WatchesRawSource(source.Channel(f.triggers, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(o.Workers, 1), SkipNameValidation: ptr.To(true)}).
+		Complete(reconcile.Func(f.reconcile))
+	if err != nil {
+		return nil, fmt.Errorf("setting up the fleet's reconciler: %w", err)
+	}
+	return f, nil
+}
+
+// Start runs the shared manager until ctx ends.
+func (f *Fleet) Start(ctx context.Context) error { return f.mgr.Start(ctx) }
+
+// WaitForCacheSync waits until the shared cache has synced (or ctx ends).
+func (f *Fleet) WaitForCacheSync(ctx context.Context) bool {
+	return f.mgr.GetCache().WaitForCacheSync(ctx)
+}
+
+// Client is the fleet's shared client (reads from its cache).
+func (f *Fleet) Client() client.Client { return f.mgr.GetClient() }
+
+// Add starts an agent for o.NodeName: its Lease renewal and node-ctl poll until ctx ends or
+// Stop, and its pools' passes. The shim, health, metrics and manifest-watch options are
+// ignored. An agent already running for the node is stopped first (a restart).
+func (f *Fleet) Add(ctx context.Context, o Options) (*Agent, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	a := newAgent(f.cfg, o, f.schema, f.triggers)
+	a.mgr, a.client, a.reader = f.mgr, f.mgr.GetClient(), f.mgr.GetAPIReader()
+	a.recorder = f.mgr.GetEventRecorder(v1alpha1.FieldManagerAgent)
+	ctx, cancel := context.WithCancel(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("node", o.NodeName)))
+	f.Stop(o.NodeName)
+	f.mu.Lock()
+	f.members[o.NodeName] = &member{agent: a, cancel: cancel}
+	f.mu.Unlock()
+	go func() { _ = a.pollNodeCtl(ctx) }()
+	go func() { _ = a.renewLeases(ctx) }()
+	a.triggerAll(ctx)
+	return a, nil
+}
+
+// Stop stops the agent of node as a killed process would stop: no more renewals, polls or
+// passes. It reports whether one was running.
+func (f *Fleet) Stop(node string) bool {
+	f.mu.Lock()
+	m := f.members[node]
+	delete(f.members, node)
+	f.mu.Unlock()
+	if m != nil {
+		m.cancel()
+	}
+	return m != nil
+}
+
+// Agent is the running agent of node, nil when none.
+func (f *Fleet) Agent(node string) *Agent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m := f.members[node]; m != nil {
+		return m.agent
+	}
+	return nil
+}
+
+// reconcile hands a pool's pass to the agent of its node.
+func (f *Fleet) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var p v1alpha1.SandboxPool
+	err := f.mgr.GetClient().Get(ctx, req.NamespacedName, &p)
+	f.mu.Lock()
+	node := f.owner[req.Name]
+	switch {
+	case err == nil:
+		node = p.Spec.NodeName
+		f.owner[req.Name] = node
+	case apierrors.IsNotFound(err):
+		delete(f.owner, req.Name)
+	default:
+		f.mu.Unlock()
+		return ctrl.Result{}, err
+	}
+	m := f.members[node]
+	f.mu.Unlock()
+	if m == nil {
+		return ctrl.Result{}, nil
+	}
+	return m.agent.reconcile(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("node", node)), req)
+}
+
+// Shim is the agent's side of the placeholder shim API, for a caller that plays the shim
+// in process (the hollow kubelet).
+func (a *Agent) Shim() shimapi.Service { return shimService{a: a} }
