@@ -49,7 +49,7 @@ type Agent struct {
 	reader   client.Reader // the API server, uncached
 	recorder recorder.EventRecorder
 	schema   *schema.Schema
-	nodectl  *nodectl.Client
+	nodectl  NodeCtl
 	// triggers re-run the pool reconcile from outside the informers: node-ctl polls,
 	// manifest file events and shim calls. The object's name is the pool's name.
 	triggers chan event.GenericEvent
@@ -128,20 +128,26 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiling the CUE schema: %w", err)
 	}
+	return newAgent(cfg, o, sch, make(chan event.GenericEvent, 64)), nil
+}
+
+func newAgent(cfg *rest.Config, o Options, sch *schema.Schema, triggers chan event.GenericEvent) *Agent {
+	nc := o.NodeCtl
+	if nc == nil {
+		nc = nodectl.New(o.NodeCtlSocket)
+	}
 	return &Agent{
-		cfg: cfg, opts: o, schema: sch,
-		nodectl:  nodectl.New(o.NodeCtlSocket),
-		triggers: make(chan event.GenericEvent, 64),
-		shim:     map[string]shimState{}, reported: map[string]reportedStatus{},
+		cfg: cfg, opts: o, schema: sch, nodectl: nc, triggers: triggers,
+		shim: map[string]shimState{}, reported: map[string]reportedStatus{},
 		deferredSince: map[string]time.Time{}, warned: map[string]bool{},
 		stopped: map[types.UID]bool{}, leases: map[string]*coordinationv1.Lease{},
-	}, nil
+	}
 }
 
 // newManager builds a controller-runtime manager whose cache holds only this node's pools
 // (field selector spec.nodeName, filtered by the API server) and its placeholder pods, with
 // /healthz, /readyz and /metrics. It needs the API server (to map the kinds).
-func (a *Agent) newManager() error {
+func (a *Agent) newManager(ctx context.Context) error {
 	o := a.opts
 	s, err := Scheme()
 	if err != nil {
@@ -164,6 +170,9 @@ func (a *Agent) newManager() error {
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := indexByNode(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
 	}
 	a.mgr, a.client, a.reader = mgr, mgr.GetClient(), mgr.GetAPIReader()
 	if o.leaseConfig != nil {
@@ -236,7 +245,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		log.Error(err, "orphan cleanup")
 	}
 	logOrphanReport(log, report)
-	if err := a.newManager(); err != nil {
+	if err := a.newManager(ctx); err != nil {
 		return err
 	}
 	return a.mgr.Start(ctx)
@@ -255,13 +264,41 @@ func (a *Agent) trigger(pool string) {
 
 // triggerAll re-runs the reconcile of every pool of the node.
 func (a *Agent) triggerAll(ctx context.Context) {
-	var pools v1alpha1.SandboxPoolList
-	if err := a.client.List(ctx, &pools); err != nil {
+	pools, err := a.pools(ctx)
+	if err != nil {
 		return
 	}
-	for _, p := range pools.Items {
+	for _, p := range pools {
 		a.trigger(p.Name)
 	}
+}
+
+// indexNode indexes pools and placeholder pods by spec.nodeName in the cache. An agent's own
+// cache holds only its node's objects (filtered by the API server); a Fleet's shared cache
+// holds every node's, and the index keeps each agent's lists to its node.
+const indexNode = "spec.nodeName"
+
+func indexByNode(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &v1alpha1.SandboxPool{}, indexNode, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.SandboxPool).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing pools by node: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexNode, func(o client.Object) []string {
+		return []string{o.(*corev1.Pod).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	return nil
+}
+
+// pools lists this node's pools from the cache.
+func (a *Agent) pools(ctx context.Context) ([]v1alpha1.SandboxPool, error) {
+	var l v1alpha1.SandboxPoolList
+	if err := a.client.List(ctx, &l, client.MatchingFields{indexNode: a.opts.NodeName}); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }
 
 // pool reads a pool of this node from the cache (which holds only this node's pools).

@@ -99,9 +99,8 @@ func (a *Agent) renewLeases(ctx context.Context) error {
 	tick := time.NewTicker(a.opts.LeaseRenewInterval)
 	defer tick.Stop()
 	for {
-		var pools v1alpha1.SandboxPoolList
-		if err := a.client.List(ctx, &pools); err == nil {
-			for _, p := range pools.Items {
+		if pools, err := a.pools(ctx); err == nil {
+			for _, p := range pools {
 				if p.DeletionTimestamp == nil {
 					a.renewLease(ctx, p.Name)
 				}
@@ -184,11 +183,11 @@ func (a *Agent) watchManifests(ctx context.Context) error {
 // (the pool name, or its hashed form for very long names: manifest.FileKey). A file of no
 // pool of this node is left alone; only the start-up cleanup removes files.
 func (a *Agent) triggerFileKey(ctx context.Context, key string) {
-	var pools v1alpha1.SandboxPoolList
-	if err := a.client.List(ctx, &pools); err != nil {
+	pools, err := a.pools(ctx)
+	if err != nil {
 		return
 	}
-	for _, p := range pools.Items {
+	for _, p := range pools {
 		if manifest.FileKey(p.Name) == key {
 			a.trigger(p.Name)
 		}

@@ -59,6 +59,9 @@ type Options struct {
 	Version string
 	// Clock is the time source (tests inject a fake one).
 	Clock clock.Clock
+	// NodeCtl, when set, answers instead of a client of NodeCtlSocket (the hollow-node
+	// mode simulates node-ctl in process).
+	NodeCtl NodeCtl
 }
 
 // DefaultOptions are the flags' defaults.
