@@ -135,8 +135,14 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 			return err
 		}
 	}
+	// A static pod names no node: its kubelet's. The shared directory's manifests say theirs
+	// in the node label (the node name itself for names of up to 63 characters).
+	node := pod.Labels[v1alpha1.LabelNode]
+	if node == "" {
+		return nil
+	}
 	m := pod.DeepCopy()
-	m.Name = pod.Name + "-" + pod.Spec.NodeName
+	m.Name, m.Spec.NodeName = pod.Name+"-"+node, node
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}

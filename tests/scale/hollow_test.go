@@ -1,0 +1,224 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/agentcube/sandboxpool/agent/hollow"
+	"github.com/agentcube/sandboxpool/operator"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// TestHollowNodes proves the hollow-node mode on a real API server with the real controller
+// (in process, as its service account): 20 hollow nodes renew one Lease each per interval,
+// their pools reach Ready through the real agent code, and stopping two agents makes exactly
+// their pools' PlaceholderAgentHealthy False. It runs in make test; the sizes of the scale
+// benchmarks run under SANDBOXPOOL_BENCH (make bench-scale).
+func TestHollowNodes(t *testing.T) {
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	cp, err := framework.Start()
+	framework.Require(t, cp, err)
+	t.Cleanup(func() { _ = cp.Stop() })
+	e := setUpCluster(t, cp)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	const (
+		n        = 20
+		renew    = 500 * time.Millisecond
+		leaseTTL = 3 * time.Second
+	)
+	startController(ctx, t, e, leaseTTL)
+	names := hollow.NodeNames("hollow", n)
+	if err := hollow.CreateNodes(ctx, e.admin, names, map[string]string{"pool": "hollow"}, 8); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := hollow.Start(ctx, e.cp.Config, hollow.Options{Nodes: names, Dir: shmDir(t), RenewInterval: renew,
+		LeaseTTL: leaseTTL, NodeCtlPollInterval: time.Second, Workers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.Create(ctx, newClass("hollow", "hollow", "500m", "256Mi")); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, "every pool Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
+		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
+		return ready == n, state
+	})
+	for _, node := range names {
+		if gen, res := nodes.NodeCtl(node).Applied(); gen == 0 || res["memory"] != "256Mi" {
+			t.Errorf("node %s: the simulated node-ctl applied generation %d, resources %v", node, gen, res)
+		}
+	}
+
+	// Renewals: one per pool per interval, from a watch over a few intervals.
+	w, err := e.admin.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(v1alpha1.DefaultLeaseNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := 8 * renew
+	renewals := 0
+	for end := time.After(window); ; {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Modified {
+				renewals++
+			}
+			continue
+		case <-end:
+		}
+		break
+	}
+	w.Stop()
+	want := n * int(window/renew)
+	t.Logf("%d Lease renewals in %s by %d hollow agents (one per %s: %d)", renewals, window, n, renew, want)
+	if renewals < want/2 || renewals > want*3/2 {
+		t.Errorf("%d Lease renewals in %s, want about %d (one per pool per %s)", renewals, window, want, renew)
+	}
+
+	// Two agents stop: exactly their pools lose PlaceholderAgentHealthy.
+	stopped := names[:2]
+	for _, node := range stopped {
+		nodes.StopAgent(node)
+	}
+	took := framework.Eventually(t, "stopped agents' pools unhealthy", time.Minute, 100*time.Millisecond, func() (bool, string) {
+		unhealthy := unhealthyPools(ctx, e)
+		return len(unhealthy) == len(stopped) && unhealthy[naming.PoolName(stopped[0])] && unhealthy[naming.PoolName(stopped[1])],
+			fmt.Sprintf("unhealthy: %v", unhealthy)
+	})
+	t.Logf("stopped agents detected after %s (TTL %s)", took.Round(time.Millisecond), leaseTTL)
+}
+
+// setUpCluster applies deploy/rbac and creates the namespaces and the default service
+// account the mirror pods need (no controller-manager creates it).
+func setUpCluster(t *testing.T, cp *framework.ControlPlane) *env {
+	t.Helper()
+	s, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS = -1
+	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "namespace.yaml")); err != nil {
+		t.Fatalf("deploy/namespace.yaml: %v: %s", err, stderr)
+	}
+	for _, p := range []string{"rbac", "runtimeclass.yaml"} {
+		if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", p)); err != nil {
+			t.Fatalf("deploy/%s: %v: %s", p, err, stderr)
+		}
+	}
+	if _, stderr, err := cp.Kubectl(ctx, nil, "create", "serviceaccount", "default", "-n", v1alpha1.DefaultPodNamespace); err != nil {
+		t.Fatalf("default service account: %v: %s", err, stderr)
+	}
+	dir, err := os.MkdirTemp("", "sandboxpool-scale-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return &env{cp: cp, admin: admin, scheme: s, dir: dir}
+}
+
+// startController runs the controller in this process as its service account.
+func startController(ctx context.Context, t *testing.T, e *env, leaseTTL time.Duration) {
+	t.Helper()
+	cfg, err := e.cp.AddUser(controllerUser, "system:serviceaccounts", "system:serviceaccounts:sandbox-pool-system", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := operator.DefaultOptions()
+	o.LeaseTTL = leaseTTL
+	o.MetricsAddr, o.ProbeAddr, o.LeaderElection = "0", "0", false
+	mgr, err := operator.NewManager(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+}
+
+// shmDir is a scratch directory on tmpfs when there is one.
+func shmDir(t *testing.T) string {
+	t.Helper()
+	base := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		base = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(base, "hollow-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func newClass(name, label, cpu, memory string) *v1alpha1.SandboxPoolClass {
+	return &v1alpha1.SandboxPoolClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.SandboxPoolClassSpec{
+			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"pool": label}},
+			ResourcePolicy: policyOf(cpu, memory),
+		},
+	}
+}
+
+// countPhase counts the pools in phase, and describes the phases seen.
+func countPhase(ctx context.Context, e *env, phase v1alpha1.SandboxPoolPhase) (int, string) {
+	var pools v1alpha1.SandboxPoolList
+	if err := e.admin.List(ctx, &pools); err != nil {
+		return 0, err.Error()
+	}
+	by := map[v1alpha1.SandboxPoolPhase]int{}
+	example := ""
+	for _, p := range pools.Items {
+		by[p.Status.Phase]++
+		if p.Status.Phase != phase && example == "" {
+			for _, c := range p.Status.Conditions {
+				example += fmt.Sprintf(" %s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+			}
+			example = p.Name + ":" + example
+		}
+	}
+	return by[phase], fmt.Sprintf("%d pools by phase: %v; %s", len(pools.Items), by, example)
+}
+
+// unhealthyPools are the pools whose PlaceholderAgentHealthy is False.
+func unhealthyPools(ctx context.Context, e *env) map[string]bool {
+	var pools v1alpha1.SandboxPoolList
+	out := map[string]bool{}
+	if err := e.admin.List(ctx, &pools); err != nil {
+		return out
+	}
+	for _, p := range pools.Items {
+		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) {
+			out[p.Name] = true
+		}
+	}
+	return out
+}
+
+func policyOf(cpu, memory string) v1alpha1.ResourcePolicy {
+	return v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}}
+}
