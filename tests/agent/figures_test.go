@@ -30,7 +30,7 @@ func TestAgentFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := cp.KubeconfigFor(dir, "system:node:"+n.name, "system:nodes", "system:authenticated")
+	kc, err := cp.KubeconfigFor(dir, nodeUser(n.name), "system:nodes", "system:authenticated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestAgentFigures(t *testing.T) {
 	proc := framework.StartProcess(t, "placeholder-agent", bin, "--kubeconfig", kc, "--node-name", n.name,
 		"--manifest-dir", o.ManifestDir, "--pause-image", o.PauseImage, "--node-ctl-socket", o.NodeCtlSocket,
 		"--node-ctl-config", o.NodeCtlConfig, "--node-ctl-restart-command=", "--node-ctl-stop-command=",
-		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0")
+		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0", "--lease-kubeconfig", o.LeaseKubeconfig)
 	startKubelet(n)
 	pool := newPool(n.name, "500m", "64Mi")
 	if err := admin.Create(ctx, pool); err != nil {

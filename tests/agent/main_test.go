@@ -1,5 +1,7 @@
-// Package agent tests placeholder-agent on a real API server (with the Node authorizer, as
-// real clusters run it) as the node's own identity with the RBAC of deploy/rbac, against a
+// Package agent tests placeholder-agent on a real API server (with the Node authorizer and
+// the NodeRestriction admission plugin, as real clusters run them) as the node's own
+// identity with the RBAC of deploy/rbac, renewing its Leases as the node's per-node service
+// account (--lease-kubeconfig, which NodeRestriction makes necessary), against a
 // real node-ctl process on real cgroups (root; CI runs as root). kubelet and the placeholder
 // shim are played by a stand-in (kubelet_test.go) that turns the manifest into a mirror pod
 // and calls the agent's shim API over TTRPC; tests/e2e runs the real ones.
@@ -45,7 +47,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	auditLog = filepath.Join(dir, "audit.log")
-	code := framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithAuditLog(auditLog))
+	code := framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithNodeRestriction(), framework.WithAuditLog(auditLog))
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -78,8 +80,10 @@ type testNode struct {
 	stopMarker  string
 	nc          *nodectltest.Process
 	cfg         *rest.Config // the node's identity: system:node:<name>
-	cancel      context.CancelFunc
-	done        chan error
+	// leaseKubeconfig is the node's Lease identity, its per-node service account.
+	leaseKubeconfig string
+	cancel          context.CancelFunc
+	done            chan error
 }
 
 // newNode starts a real node-ctl (zone z1) for a node; the agent is started separately.
@@ -96,7 +100,10 @@ func newNode(t *testing.T, name string) *testNode {
 		t.Fatal(err)
 	}
 	n.nc = nodectltest.Start(t, nodectltest.Options{Zone: "z1"})
-	if n.cfg, err = cp.AddUser("system:node:"+name, "system:nodes", "system:authenticated"); err != nil {
+	if n.cfg, err = cp.AddUser(nodeUser(name), "system:nodes", "system:authenticated"); err != nil {
+		t.Fatal(err)
+	}
+	if n.leaseKubeconfig, err = cp.KubeconfigFor(dir, leaseUser(name), leaseGroups...); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -114,6 +121,7 @@ func (n *testNode) options() agent.Options {
 	o.NodeCtlStopCommand = "echo $NODECTL_PID >> " + n.stopMarker
 	o.NodeCtlPollInterval = 200 * time.Millisecond
 	o.LeaseRenewInterval, o.LeaseTTL = time.Second, 4*time.Second
+	o.LeaseKubeconfig = n.leaseKubeconfig
 	o.ManifestVerifyInterval = time.Second
 	o.DeferredWarningAfter = 2 * time.Second
 	o.ShimAddress = n.shimAddr
@@ -182,3 +190,14 @@ func eventually(t *testing.T, what string, within time.Duration, cond func() (bo
 	t.Helper()
 	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
 }
+
+// nodeUser is the identity of node: kubelet's, which the agent shares.
+func nodeUser(node string) string { return "system:node:" + node }
+
+// leaseUser is the per-node service account that renews node's Leases, as a service-account
+// token authenticates it; leaseGroups are its groups.
+func leaseUser(node string) string {
+	return "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix + node
+}
+
+var leaseGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + v1alpha1.DefaultLeaseNamespace, "system:authenticated"}

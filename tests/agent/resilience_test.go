@@ -37,14 +37,13 @@ func TestIdleAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := "system:node:" + n.name
 	renewals, statusWrites, other := 0, 0, 0
 	for _, e := range events {
-		if e.User.Username != user {
+		if e.User.Username != nodeUser(n.name) && e.User.Username != leaseUser(n.name) {
 			continue
 		}
 		switch {
-		case e.ObjectRef.Resource == "leases" && e.ObjectRef.Name == pool.Name && e.Verb == "update":
+		case e.ObjectRef.Resource == "leases" && e.ObjectRef.Name == pool.Name && e.Verb == "update" && e.User.Username == leaseUser(n.name):
 			renewals++
 		case e.ObjectRef.Resource == v1alpha1.ResourceSandboxPools && e.ObjectRef.Subresource == "status":
 			statusWrites++

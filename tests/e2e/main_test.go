@@ -7,10 +7,11 @@
 // by flags (suiteTimers). It needs root and the tools `make tools kubelet containerd`
 // builds; without them the tests skip, or fail under SANDBOXPOOL_REQUIRE_TOOLS (make test).
 //
-// Not run with NodeRestriction: under that admission plugin (on in most production
-// clusters) a node identity may write only its own Lease in kube-node-lease, so the agent,
-// running as system:node:<name>, cannot renew its pool's Lease in sandbox-pool-system and
-// every pool stays PlaceholderAgentHealthy=False. `demo up --node-restriction` shows it.
+// The API server runs the NodeRestriction admission plugin, as most production clusters
+// do. Under it a node identity may write no Lease but its own in kube-node-lease, so the
+// agent renews its pool's Lease as the node's service account
+// sandbox-pool-node-lease/placeholder-agent-<node> (--lease-kubeconfig) and does everything
+// else as system:node:<name>.
 package e2e
 
 import (
@@ -80,7 +81,7 @@ func TestMain(m *testing.M) {
 		if suite.err == nil {
 			suite.s, suite.err = stack.Start(context.Background(), stack.Options{
 				Dir: dir, NodeName: nodeName, NodeLabels: map[string]string{nodeLabelKey: nodeLabelValue}, Zone: zone,
-				Tools: tools, Timers: suiteTimers(), Logf: logf,
+				Tools: tools, Timers: suiteTimers(), NodeRestriction: true, Logf: logf,
 			})
 		}
 		if suite.err == nil {

@@ -150,6 +150,13 @@ func (c *ControlPlane) Kubectl(ctx context.Context, stdin io.Reader, args ...str
 	return o.String(), strings.TrimSpace(e.String()), err
 }
 
+// KubectlEnv is the environment that makes a script's kubectl this control plane's admin
+// one: KUBECTL (the built binary, for scripts that honour it), KUBECONFIG and PATH.
+func (c *ControlPlane) KubectlEnv() []string {
+	return []string{"KUBECTL=" + c.kubectl, "KUBECONFIG=" + c.kubeconfig,
+		"PATH=" + filepath.Dir(c.kubectl) + string(os.PathListSeparator) + os.Getenv("PATH")}
+}
+
 // ApplyDeploy runs kubectl apply -f on each path under deploy/, in order, as an operator
 // installs them (namespace.yaml before rbac: the Lease Role lives in its namespace).
 func (c *ControlPlane) ApplyDeploy(ctx context.Context, paths ...string) error {

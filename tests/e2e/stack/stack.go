@@ -85,8 +85,9 @@ type Options struct {
 	// Timers of the components.
 	Timers Timers
 	// NodeRestriction adds the NodeRestriction admission plugin to the API server, as
-	// production clusters run it. The agent's Lease does not work with it: a node identity
-	// may write only its own Lease in kube-node-lease (see tests/e2e's package doc).
+	// production clusters run it. A node identity may then write no Lease but its own in
+	// kube-node-lease; the agent renews its pools' Leases as its per-node service account
+	// (--lease-kubeconfig), as it always does here.
 	NodeRestriction bool
 	// Logf reports progress; nil discards it.
 	Logf func(format string, args ...any)
@@ -123,6 +124,9 @@ type Stack struct {
 
 	link         *link  // the node's path to the API server
 	agentHealthz string // the agent's /healthz and /readyz address
+	// leaseKubeconfig is the agent's Lease identity: the per-node service account
+	// sandbox-pool-node-lease/placeholder-agent-<node>.
+	leaseKubeconfig string
 
 	supervise   context.CancelFunc // stops the units' supervisors
 	supervisors sync.WaitGroup
@@ -329,6 +333,15 @@ func (s *Stack) startNode(ctx context.Context) error {
 	if err := pointAt(kc, "https://"+s.link.addr); err != nil {
 		return err
 	}
+	s.leaseKubeconfig, err = s.writeKubeconfig("lease.kubeconfig",
+		"system:serviceaccount:"+v1alpha1.DefaultLeaseNamespace+":"+v1alpha1.LeaseServiceAccountPrefix+o.NodeName,
+		"system:serviceaccounts", "system:serviceaccounts:"+v1alpha1.DefaultLeaseNamespace, "system:authenticated")
+	if err != nil {
+		return err
+	}
+	if err := pointAt(s.leaseKubeconfig, "https://"+s.link.addr); err != nil {
+		return err
+	}
 
 	s.Containerd = newProc("containerd", s.LogDir, filepath.Join(o.Tools.Containerd, "containerd"),
 		[]string{"--config", filepath.Join(p.containerd, "config.toml")},
@@ -474,7 +487,7 @@ func pointAt(path, server string) error {
 func (s *Stack) agentArgs(kubeconfig string) []string {
 	o, p, t := s.Opts, s.paths, s.Opts.Timers
 	return []string{
-		"--node-name=" + o.NodeName, "--kubeconfig=" + kubeconfig,
+		"--node-name=" + o.NodeName, "--kubeconfig=" + kubeconfig, "--lease-kubeconfig=" + s.leaseKubeconfig,
 		"--manifest-dir=" + p.manifests, "--pause-image=" + image.Name,
 		"--node-ctl-socket=" + p.nodeCtlSock, "--node-ctl-config=" + p.nodeCtlCfg,
 		// node-ctl's unit is played by the stack's supervisor: the stop command marks it

@@ -45,6 +45,7 @@ func DefaultOptions() Options {
 	return Options{
 		Dir: "/tmp/sandboxpool-demo", Bin: "bin", Examples: "examples/class-*.yaml",
 		NodeName: "demo-node", NodeLabel: "sandbox.agentcube.io/pool=demo", Timeout: 3 * time.Minute,
+		NodeRestriction: true,
 	}
 }
 
@@ -56,7 +57,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of the demo node")
 	fs.StringVar(&o.NodeLabel, "node-label", o.NodeLabel, "label (key=value) the demo node registers with")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long up waits for the pool to be Ready")
-	fs.BoolVar(&o.NodeRestriction, "node-restriction", o.NodeRestriction, "run the API server with the NodeRestriction admission plugin (the agent's Lease is then forbidden: see tests/e2e)")
+	fs.BoolVar(&o.NodeRestriction, "node-restriction", o.NodeRestriction, "run the API server with the NodeRestriction admission plugin, as production clusters do (the agent then renews its Leases as its per-node service account, --lease-kubeconfig)")
 }
 
 func (o Options) statePath() string { return filepath.Join(o.Dir, stack.StateFile) }
