@@ -99,6 +99,10 @@ type shimState struct {
 type reportedStatus struct {
 	key       string
 	allocated int64
+	// rvBefore and rvAfter are the pool's resourceVersion the write was computed from and
+	// the one it produced: while the cache shows either, it cannot hold another writer's
+	// change to the agent's fields.
+	rvBefore, rvAfter string
 }
 
 // Scheme has the types the agent reads and writes.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -86,8 +88,17 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 		return err
 	}
 	if key == prev.key {
-		return nil
+		if pool.ResourceVersion == prev.rvBefore || pool.ResourceVersion == prev.rvAfter {
+			return nil
+		}
+		// Someone wrote the pool since: rewrite only if the agent's fields are not what
+		// it applied (e.g. another writer cleared them).
+		if observed, err := statusKey(agentFields(pool.Status)); err != nil || observed == key {
+			return err
+		}
+		logf.FromContext(ctx).Info("the agent's status fields were changed by another writer; applying them again")
 	}
+	rvBefore := pool.ResourceVersion
 	// A write is due: refresh the heartbeats.
 	st.PlaceholderAgent.LastHeartbeat = &now
 	if nc.Healthy {
@@ -98,18 +109,25 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 	}
 	statusWrites.Inc()
 	a.mu.Lock()
-	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated}
+	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated, rvBefore: rvBefore, rvAfter: pool.ResourceVersion}
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
 }
 
-// statusKey is the status without heartbeats and transition times: what "a field changed"
-// compares.
+// statusKey is the status without heartbeats and transition times, conditions in type
+// order: what "a field changed" compares.
 func statusKey(st v1alpha1.SandboxPoolStatus) (string, error) {
 	k := *st.DeepCopy()
 	for i := range k.Conditions {
 		k.Conditions[i].LastTransitionTime = metav1.Time{}
+	}
+	slices.SortFunc(k.Conditions, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
+	if k.PlaceholderAgent != nil {
+		k.PlaceholderAgent.LastHeartbeat = nil
+	}
+	if k.NodeCtl != nil {
+		k.NodeCtl.LastHeartbeat = nil
 	}
 	if k.Resize != nil {
 		k.Resize.LastProbeTime = nil
@@ -119,6 +137,19 @@ func statusKey(st v1alpha1.SandboxPoolStatus) (string, error) {
 	}
 	b, err := json.Marshal(k)
 	return string(b), err
+}
+
+// agentFields is the part of a pool's status the agent owns (SPEC §4), as read back.
+func agentFields(s v1alpha1.SandboxPoolStatus) v1alpha1.SandboxPoolStatus {
+	own := v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
+		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, PoolInfo: s.PoolInfo,
+		LastAppliedGeneration: s.LastAppliedGeneration}
+	for _, c := range s.Conditions {
+		if isAgentCondition(c.Type) {
+			own.Conditions = append(own.Conditions, c)
+		}
+	}
+	return own
 }
 
 // conditions computes the agent's five conditions, keeping transition times of those whose

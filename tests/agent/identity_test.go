@@ -18,6 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestLeaseIdentity: where NodeRestriction runs, the node's own identity may not write its
@@ -116,7 +118,7 @@ func TestLeaseIdentity(t *testing.T) {
 // renewals reads the agent's lease renewal counter with result r.
 func renewals(t *testing.T, r string) float64 {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
+	mfs, err := gatherMetrics()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,3 +143,7 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// gatherMetrics reads the agents' metrics (controller-runtime's registry, shared by every
+// agent this process runs; the tests run one at a time).
+func gatherMetrics() ([]*dto.MetricFamily, error) { return metrics.Registry.Gather() }

@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestStatusRestoredAfterAnotherWriter: another writer clears fields the agent owns → the
+// agent applies them again, though nothing it observes changed. A write that leaves its
+// fields alone (metadata, the controller's phase) costs no status write.
+func TestStatusRestoredAfterAnotherWriter(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, "rewrite-node")
+	n.startAgent()
+	startKubelet(n)
+	pool := newPool(n.name, "500m", "64Mi")
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
+	synced(t, n, pool.Name, "64Mi")
+
+	before := statusWriteCount(t)
+	wipe := []byte(`{"status":{"poolInfo":null,"placeholderPod":null,"nodeCtl":null}}`)
+	if err := admin.Status().Patch(ctx, pool, client.RawPatch(types.MergePatchType, wipe)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the agent's fields back", 15*time.Second, func() (bool, string) {
+		p := getPool(t, pool.Name)
+		return p.Status.PoolInfo != nil && p.Status.PlaceholderPod != nil && p.Status.NodeCtl != nil, describe(p)
+	})
+	if w := statusWriteCount(t) - before; w < 1 {
+		t.Errorf("%v status writes restored the fields, want at least 1", w)
+	}
+
+	// Foreign writes that leave the agent's fields as they are: an annotation and the
+	// controller's phase. The agent re-runs its pass on each (and every second for the
+	// manifest); over this observation period it must write nothing.
+	before = statusWriteCount(t)
+	if err := admin.Patch(ctx, pool, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/touch":"1"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Status().Patch(ctx, pool, client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Ready"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the observation period, not a synchronisation
+	if w := statusWriteCount(t) - before; w != 0 {
+		t.Errorf("%v status writes after writes that left the agent's fields alone, want 0", w)
+	}
+}
+
+// statusWriteCount reads the agent's status write counter (sandboxpool_agent_status_writes_total).
+func statusWriteCount(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := gatherMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sandboxpool_agent_status_writes_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal(fmt.Errorf("no sandboxpool_agent_status_writes_total"))
+	return 0
+}
