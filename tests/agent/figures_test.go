@@ -40,12 +40,7 @@ func TestAgentFigures(t *testing.T) {
 		"--node-ctl-config", o.NodeCtlConfig, "--node-ctl-restart-command=", "--node-ctl-stop-command=",
 		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0", "--lease-kubeconfig", o.LeaseKubeconfig)
 	startKubelet(n)
-	pool := newPool(n.name, "500m", "64Mi")
-	if err := admin.Create(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
-	synced(t, n, pool.Name, "64Mi")
+	pool := syncedPool(t, n)
 	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
 
 	const runs = 50

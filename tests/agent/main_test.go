@@ -163,6 +163,20 @@ func (n *testNode) stopAgent() {
 	n.cancel = nil
 }
 
+// syncedPool creates a 500m/64Mi pool for n (deleted at the end of the test) and waits
+// until the agent has realised it.
+func syncedPool(t *testing.T, n *testNode) *v1alpha1.SandboxPool {
+	t.Helper()
+	ctx := context.Background()
+	pool := newPool(n.name, "500m", "64Mi")
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
+	synced(t, n, pool.Name, "64Mi")
+	return pool
+}
+
 func newPool(node, cpu, mem string) *v1alpha1.SandboxPool {
 	return &v1alpha1.SandboxPool{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(node)},

@@ -16,18 +16,12 @@ import (
 )
 
 // TestIdleAgent: a healthy pool for 60 s. The API server's audit log shows one Lease
-// renewal per --lease-renew-interval from the node's identity and no status write.
+// renewal per --lease-renew-interval from the node's Lease identity and no status write.
 func TestIdleAgent(t *testing.T) {
-	ctx := context.Background()
 	n := newNode(t, "idle-node")
 	n.startAgent()
 	startKubelet(n)
-	pool := newPool(n.name, "500m", "64Mi")
-	if err := admin.Create(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
-	synced(t, n, pool.Name, "64Mi")
+	pool := syncedPool(t, n)
 
 	const idle, interval = 60 * time.Second, time.Second // interval: the test's --lease-renew-interval
 	from := time.Now()
@@ -71,12 +65,7 @@ func TestAPIServerOutage(t *testing.T) {
 	n := newNode(t, "outage-node")
 	n.startAgent()
 	startKubelet(n)
-	pool := newPool(n.name, "500m", "64Mi")
-	if err := admin.Create(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
-	synced(t, n, pool.Name, "64Mi")
+	pool := syncedPool(t, n)
 	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
 	data, err := os.ReadFile(file)
 	if err != nil {

@@ -18,12 +18,7 @@ func TestStatusRestoredAfterAnotherWriter(t *testing.T) {
 	n := newNode(t, "rewrite-node")
 	n.startAgent()
 	startKubelet(n)
-	pool := newPool(n.name, "500m", "64Mi")
-	if err := admin.Create(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
-	synced(t, n, pool.Name, "64Mi")
+	pool := syncedPool(t, n)
 
 	before := statusWriteCount(t)
 	wipe := []byte(`{"status":{"poolInfo":null,"placeholderPod":null,"nodeCtl":null}}`)
