@@ -83,7 +83,7 @@ func eventually(t *testing.T, what string, within time.Duration, cond func() (bo
 
 func leaderIdentity(t *testing.T) string {
 	var l coordinationv1.Lease
-	err := admin.Get(context.Background(), types.NamespacedName{Namespace: v1alpha1.DefaultLeaseNamespace, Name: operator.DefaultLeaderElectionID}, &l)
+	err := admin.Get(context.Background(), types.NamespacedName{Namespace: v1alpha1.DefaultSystemNamespace, Name: operator.DefaultLeaderElectionID}, &l)
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
