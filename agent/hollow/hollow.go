@@ -35,6 +35,9 @@ type Options struct {
 	RenewInterval, LeaseTTL time.Duration
 	// NodeCtlPollInterval is the agents' --node-ctl-poll-interval.
 	NodeCtlPollInterval time.Duration
+	// StartSpread spreads the agents' starts (and so their renewals) over this long; 0 is
+	// RenewInterval, negative starts them all at once.
+	StartSpread time.Duration
 	// Churn restarts this many random agents per minute (0: none), as agent restarts do.
 	Churn float64
 	// Workers is how many pool passes and how many hollow-kubelet syncs run at once.
@@ -88,6 +91,9 @@ func Start(ctx context.Context, cfg *rest.Config, o Options) (*Nodes, error) {
 	if o.Workers <= 0 {
 		o.Workers = 16
 	}
+	if o.RenewInterval <= 0 {
+		o.RenewInterval = agent.DefaultOptions().LeaseRenewInterval
+	}
 	manifests := filepath.Join(o.Dir, "manifests")
 	for _, d := range []string{manifests, filepath.Join(o.Dir, "nodectl")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -123,9 +129,23 @@ func Start(ctx context.Context, cfg *rest.Config, o Options) (*Nodes, error) {
 			log.Error(err, "hollow kubelet")
 		}
 	}()
-	for _, node := range o.Nodes {
+	// Real agents start at unrelated times, so their renewals spread over the interval; the
+	// hollow agents' starts are spread over one interval for the same effect (started all
+	// at once, every renewal of the fleet would come in one burst).
+	spread := o.StartSpread
+	if spread == 0 {
+		spread = o.RenewInterval
+	}
+	began := time.Now()
+	for i, node := range o.Nodes {
 		if err := n.StartAgent(node); err != nil {
 			return nil, err
+		}
+		pace := began.Add(spread * time.Duration(i+1) / time.Duration(len(o.Nodes)))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Until(pace)): // pacing of the starts, not a synchronisation
 		}
 	}
 	if o.Churn > 0 {
