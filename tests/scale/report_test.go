@@ -172,8 +172,16 @@ func renderSection(rs []*scaleResult, notRun []string, wall time.Duration) strin
 		fmt.Fprintf(&b, "\n**Steady state at N = %d** (%s window after the fan-out settled; load average %s; the API server's own `apiserver_request_total` by verb and resource, non-resource requests such as /metrics left out):\n\n",
 			r.N, s.Window, strings.Join(s.Load[:], " "))
 		b.WriteString("| verb | resource | requests/s |\n|---|---|---|\n")
+		rare := 0
 		for _, x := range s.Rates {
+			if x.PerSecond < 0.01 {
+				rare++ // the watches' reconnects and one-off lists
+				continue
+			}
 			fmt.Fprintf(&b, "| %s | %s | %.2f |\n", x.Verb, x.Resource, x.PerSecond)
+		}
+		if rare > 0 {
+			fmt.Fprintf(&b, "| (%d more verb/resource pairs) | | < 0.01 each |\n", rare)
 		}
 		fmt.Fprintf(&b, "\nExpected Lease updates: N / renew interval = %.0f/s.\n\n", s.LeaseWant)
 		b.WriteString("| process | CPU (cores) | RSS (MiB) |\n|---|---|---|\n")
