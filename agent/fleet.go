@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	"github.com/agentcube/sandboxpool/schema"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -108,7 +110,11 @@ func NewFleet(cfg *rest.Config, o FleetOptions) (*Fleet, error) {
 		For(&v1alpha1.SandboxPool{}).
 		Watches(&corev1.Pod{}, byPoolAnnotation).
 		WatchesRawSource(source.Channel(f.triggers, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(o.Workers, 1), SkipNameValidation: ptr.To(true)}).
+		// Each pool's retries back off on their own, as in a placeholder-agent process; the
+		// default limiter's overall bucket (10/s) would throttle the whole fleet's retries as
+		// if they were one agent's.
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(o.Workers, 1), SkipNameValidation: ptr.To(true),
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 1000*time.Second)}).
 		Complete(reconcile.Func(f.reconcile))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the fleet's reconciler: %w", err)
