@@ -222,3 +222,32 @@ func policyOf(cpu, memory string) v1alpha1.ResourcePolicy {
 	return v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}}
 }
+
+// TestHollowNodesCommand runs cmd/hollow-nodes as its own process with its own kubeconfig:
+// it creates the Node objects, and its five hollow nodes' pools reach Ready.
+func TestHollowNodesCommand(t *testing.T) {
+	cp, err := framework.Start()
+	framework.Require(t, cp, err)
+	t.Cleanup(func() { _ = cp.Stop() })
+	e := setUpCluster(t, cp)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	startController(ctx, t, e, 4*time.Second)
+	bin, err := framework.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cp.KubeconfigFor(e.dir, "hollow-nodes", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.StartProcess(t, "hollow-nodes", bin, "--kubeconfig", kc, "--nodes=5", "--node-prefix=cmd",
+		"--node-label=pool=cmd", "--lease-renew-interval=1s", "--lease-ttl=4s", "--dir", shmDir(t), "--churn=30")
+	if err := e.admin.Create(ctx, newClass("cmd", "cmd", "250m", "128Mi")); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, "the command's five pools Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
+		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
+		return ready == 5, state
+	})
+}
