@@ -262,7 +262,11 @@ func runHollowSize(t *testing.T, n int, largest bool, kcm string) *scaleResult {
 	r.DetectP50, r.DetectP99, r.PastTTLP50, r.PastTTLP99 = detectStopped(t, ctx, e, nodes, names[:k], limit)
 	r.NodeNotFoundP50, r.NodeNotFoundP99 = detectDeleted(t, ctx, e, names[k:2*k], limit)
 
-	// 4. Policy change, over the nodes whose agents still run.
+	// 4. Policy change, over the nodes whose agents still run (SANDBOXPOOL_HOLLOW_POLICY=0
+	// leaves it out, for a fan-out-only run of a size beyond the budget).
+	if os.Getenv("SANDBOXPOOL_HOLLOW_POLICY") == "0" {
+		return r
+	}
 	r.Snapshots, r.Applied, r.AppliedStatus = policyChange(t, ctx, e, nodes, names[2*k:], limit)
 	if r.AppliedStatus >= limit {
 		r.Notes = append(r.Notes, fmt.Sprintf("the policy change did not reach every node within %s", limit))
