@@ -216,7 +216,7 @@ func runHollowSize(t *testing.T, n int, largest bool, kcm string) *scaleResult {
 	}
 
 	// 1c. The controller (its binary, its identity) and the hollow nodes.
-	ctrl := startControllerProcess(t, e)
+	ctrl := startControllerProcess(t, e, leaseTTL)
 	if dbg := os.Getenv("SANDBOXPOOL_HOLLOW_DEBUG"); dbg != "" {
 		t.Cleanup(func() {
 			_ = os.WriteFile(filepath.Join(dbg, fmt.Sprintf("controller-%d.log", n)), []byte(ctrl.Output()), 0o644)
@@ -309,7 +309,7 @@ func usages(t *testing.T, pids map[string]int) map[string]framework.Usage {
 }
 
 // startControllerProcess runs the sandboxpool-controller binary as its service account.
-func startControllerProcess(t *testing.T, e *env) *framework.Process {
+func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *framework.Process {
 	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +319,7 @@ func startControllerProcess(t *testing.T, e *env) *framework.Process {
 		t.Fatal(err)
 	}
 	return framework.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--lease-ttl="+leaseTTL.String(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--lease-ttl="+ttl.String(),
 		fmt.Sprintf("--kube-api-qps=%d", benchQPS), fmt.Sprintf("--kube-api-burst=%d", benchBurst))
 }
 

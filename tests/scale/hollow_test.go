@@ -224,15 +224,16 @@ func policyOf(cpu, memory string) v1alpha1.ResourcePolicy {
 }
 
 // TestHollowNodesCommand runs cmd/hollow-nodes as its own process with its own kubeconfig:
-// it creates the Node objects, and its five hollow nodes' pools reach Ready.
+// it creates the Node objects, and its five hollow nodes' pools reach Ready. The controller
+// is a process too (a second in-process manager would reuse TestHollowNodes' controller
+// names, which controller-runtime refuses).
 func TestHollowNodesCommand(t *testing.T) {
 	cp, err := framework.Start()
 	framework.Require(t, cp, err)
 	t.Cleanup(func() { _ = cp.Stop() })
 	e := setUpCluster(t, cp)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	startController(ctx, t, e, 4*time.Second)
+	ctx := context.Background()
+	startControllerProcess(t, e, 4*time.Second)
 	bin, err := framework.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
 	if err != nil {
 		t.Fatal(err)
