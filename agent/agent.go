@@ -77,6 +77,9 @@ type Agent struct {
 	leases map[string]*coordinationv1.Lease
 	// leaseClient writes the Leases: Options.LeaseKubeconfig's identity, or client's.
 	leaseClient client.Client
+	// renewMu serialises Lease renewals: the renewal loop and a new pool's first pass
+	// would otherwise both create its Lease, and one would fail.
+	renewMu sync.Mutex
 }
 
 // nodeCtlView is the agent's knowledge of node-ctl from its last poll.

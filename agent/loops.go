@@ -117,6 +117,8 @@ func (a *Agent) renewLeases(ctx context.Context) error {
 // renewLease updates the pool's Lease with the copy it holds; it GETs (or creates) the Lease
 // only when it has none or the update conflicts.
 func (a *Agent) renewLease(ctx context.Context, pool string) {
+	a.renewMu.Lock()
+	defer a.renewMu.Unlock()
 	log := logf.FromContext(ctx).WithValues("pool", pool)
 	now := metav1.NewMicroTime(a.opts.Clock.Now())
 	a.mu.Lock()

@@ -85,6 +85,13 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return nil
 	})
+	// A renewal of a healthy pool's Lease changes nothing now: the reconcile that saw the
+	// pool healthy requeued it for the Lease's expiry, and that pass reads the newest
+	// renewal. Only a renewal that may end an outage (the pool not healthy) is handled at
+	// once. At rest this is one reconcile per pool per TTL instead of one per renewal.
+	leaseMayRecover := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return !r.agentHealthy(context.Background(), e.ObjectNew.GetName())
+	}}
 	nodeExistence := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 	podGone := predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return false },
@@ -93,7 +100,7 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxpool").
 		For(&v1alpha1.SandboxPool{}).
-		Watches(&coordinationv1.Lease{}, byLease).
+		Watches(&coordinationv1.Lease{}, byLease, builder.WithPredicates(leaseMayRecover)).
 		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeExistence), builder.OnlyMetadata).
 		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(podGone)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
@@ -207,6 +214,15 @@ func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.Sand
 	c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseExpired
 	c.Message = fmt.Sprintf("lease not renewed since %s (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
 	return c, 0, nil
+}
+
+// agentHealthy reports whether the cache shows pool with PlaceholderAgentHealthy=True.
+func (r *PoolReconciler) agentHealthy(ctx context.Context, pool string) bool {
+	var p v1alpha1.SandboxPool
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pool}, &p); err != nil {
+		return false
+	}
+	return meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy)
 }
 
 // statusChanged reports whether the phase or one of the controller's conditions differs
