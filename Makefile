@@ -133,13 +133,19 @@ test-unit: ## Run the tests that need no built tools (the rest skip with a messa
 	$(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: tools ## Run the benchmarks and print their figures (recorded in docs/benchmarks.md).
+bench: bench-scale ## The scale proof (hollow nodes, ~25 min): prints its tables and writes them to docs/benchmarks.md and docs/bench/*.png.
+
+.PHONY: bench-all
+bench-all: bench-components bench-scale bench-lease-load ## Every benchmark below (~40 min; figures in docs/benchmarks.md).
+
+.PHONY: bench-components
+bench-components: tools ## The components' benchmarks: schema, policy, webhook, admission round trip, operator fan-out, agent.
 	@mkdir -p _output
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x -count 3 ./schema/ | tee _output/bench-schema.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./policy/ | tee _output/bench-policy.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./webhook/ | tee _output/bench-webhook.txt
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/ | tee _output/bench-admission.txt
-	$(MAKE) --no-print-directory bench-operator bench-agent bench-scale bench-lease-load
+	$(MAKE) --no-print-directory bench-operator bench-agent
 
 BENCH_SIZES ?= 1000,5000
 
