@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +17,8 @@ import (
 	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,8 +109,9 @@ func TestHollowNodes(t *testing.T) {
 	t.Logf("stopped agents detected after %s (TTL %s)", took.Round(time.Millisecond), leaseTTL)
 }
 
-// setUpCluster applies deploy/rbac and creates the namespaces and the default service
-// account the mirror pods need (no controller-manager creates it).
+// setUpCluster applies deploy/'s namespaces, RBAC, RuntimeClass and the controller's
+// FlowSchema, and creates the default service account the mirror pods need (no
+// controller-manager creates it).
 func setUpCluster(t *testing.T, cp *framework.ControlPlane) *env {
 	t.Helper()
 	s, err := operator.Scheme()
@@ -122,13 +125,8 @@ func setUpCluster(t *testing.T, cp *framework.ControlPlane) *env {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", "namespace.yaml")); err != nil {
-		t.Fatalf("deploy/namespace.yaml: %v: %s", err, stderr)
-	}
-	for _, p := range []string{"rbac", "runtimeclass.yaml"} {
-		if _, stderr, err := cp.Kubectl(ctx, nil, "apply", "-f", filepath.Join(cp.Root, "deploy", p)); err != nil {
-			t.Fatalf("deploy/%s: %v: %s", p, err, stderr)
-		}
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac", "runtimeclass.yaml", "controller/flowschema.yaml"); err != nil {
+		t.Fatal(err)
 	}
 	if _, stderr, err := cp.Kubectl(ctx, nil, "create", "serviceaccount", "default", "-n", v1alpha1.DefaultPodNamespace); err != nil {
 		t.Fatalf("default service account: %v: %s", err, stderr)
@@ -251,4 +249,22 @@ func TestHollowNodesCommand(t *testing.T) {
 		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
 		return ready == 5, state
 	})
+}
+
+// fairUser returns a client configuration for name in groups, bound to cluster-admin, so
+// that API Priority and Fairness classifies it as a real cluster would the component it
+// plays (kube-controller-manager by its user name), not as exempt system:masters.
+func fairUser(t *testing.T, e *env, name string, groups ...string) *rest.Config {
+	t.Helper()
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-" + strings.ReplaceAll(name, ":", "-")},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}}
+	if err := e.admin.Create(context.Background(), crb); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg, err := e.cp.AddUser(name, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

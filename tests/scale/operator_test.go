@@ -11,11 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator"
+	"github.com/agentcube/sandboxpool/agent/hollow"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
@@ -83,55 +82,7 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Stop() })
-	s, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.QPS = -1
-	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "sandboxpool-scale-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return &env{cp: cp, admin: admin, scheme: s, dir: dir}
-}
-
-// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
-func parallel(n, workers int, fn func(i int) error) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	next := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
+	return setUpCluster(t, cp)
 }
 
 func nodeName(i int) string { return fmt.Sprintf("scale-node-%05d", i) }
@@ -139,7 +90,7 @@ func nodeName(i int) string { return fmt.Sprintf("scale-node-%05d", i) }
 func measure(t *testing.T, n int) {
 	e := start(t)
 	ctx := context.Background()
-	if err := parallel(n, 32, func(i int) error {
+	if err := hollow.Parallel(n, 32, func(i int) error {
 		return e.admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i), Labels: map[string]string{"pool": "scale"}}})
 	}); err != nil {
 		t.Fatal(err)
@@ -155,7 +106,7 @@ func measure(t *testing.T, n int) {
 	policy := v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}
 	began := time.Now()
-	if err := parallel(n, loopWorkers, func(i int) error {
+	if err := hollow.Parallel(n, loopWorkers, func(i int) error {
 		return loop.Create(ctx, &v1alpha1.SandboxPool{
 			ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(nodeName(i))},
 			Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "plain"}, NodeName: nodeName(i), ResourcePolicy: policy},
