@@ -102,11 +102,15 @@ type shimState struct {
 type reportedStatus struct {
 	key       string
 	allocated int64
-	// rvBefore and rvAfter are the pool's resourceVersion the write was computed from and
-	// the one it produced: while the cache shows either, it cannot hold another writer's
-	// change to the agent's fields.
-	rvBefore, rvAfter string
+	// own are the pool's resourceVersions of the agent's last writes: the ones they were
+	// computed from and the ones they produced. While the cache shows one of them it holds
+	// no other writer's change to the agent's fields; after writes in quick succession it
+	// may still show an earlier one of its own.
+	own []string
 }
+
+// ownVersions is how many of its own resourceVersions per pool the agent remembers.
+const ownVersions = 8
 
 // Scheme has the types the agent reads and writes.
 func Scheme() (*runtime.Scheme, error) {

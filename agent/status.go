@@ -88,7 +88,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 		return err
 	}
 	if key == prev.key {
-		if pool.ResourceVersion == prev.rvBefore || pool.ResourceVersion == prev.rvAfter {
+		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
 		}
 		// Someone wrote the pool since: rewrite only if the agent's fields are not what
@@ -109,7 +109,8 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 	}
 	statusWrites.Inc()
 	a.mu.Lock()
-	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated, rvBefore: rvBefore, rvAfter: pool.ResourceVersion}
+	own := append(slices.Clone(prev.own), rvBefore, pool.ResourceVersion)
+	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
