@@ -2,9 +2,7 @@ package framework
 
 import (
 	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 )
 
@@ -26,28 +24,8 @@ func (c *ControlPlane) EtcdPID() (int, error) {
 // processWithArgContaining finds the process whose executable's base name is name and one
 // of whose arguments contains s.
 func processWithArgContaining(name, s string) (int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(raw) == 0 {
-			continue
-		}
-		argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if filepath.Base(argv[0]) != name {
-			continue
-		}
-		for _, a := range argv[1:] {
-			if strings.Contains(a, s) {
-				return pid, nil
-			}
-		}
-	}
-	return 0, os.ErrNotExist
+	pid, _, err := scanProcesses(name, func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) })
+	})
+	return pid, err
 }

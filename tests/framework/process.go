@@ -158,6 +158,16 @@ func (c *ControlPlane) KillAPIServer() (restart func() error, err error) {
 // findProcess finds the process whose executable's base name is name and whose command line
 // has the argument arg, and returns its pid and command line.
 func findProcess(name, arg string) (int, []string, error) {
+	pid, argv, err := scanProcesses(name, func(args []string) bool { return slices.Contains(args, arg) })
+	if err != nil {
+		return 0, nil, fmt.Errorf("no %s process with %s: %w", name, arg, err)
+	}
+	return pid, argv, nil
+}
+
+// scanProcesses returns the first process in /proc whose executable's base name is name
+// and whose arguments (without argv[0]) satisfy match, with its command line.
+func scanProcesses(name string, match func(args []string) bool) (int, []string, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, nil, err
@@ -172,9 +182,9 @@ func findProcess(name, arg string) (int, []string, error) {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if filepath.Base(argv[0]) == name && slices.Contains(argv[1:], arg) {
+		if filepath.Base(argv[0]) == name && match(argv[1:]) {
 			return pid, argv, nil
 		}
 	}
-	return 0, nil, fmt.Errorf("no %s process with %s", name, arg)
+	return 0, nil, os.ErrNotExist
 }
