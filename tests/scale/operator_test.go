@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,15 +44,7 @@ func sizes(t *testing.T) []int {
 	if s == "" {
 		s = "1000,5000"
 	}
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			t.Fatalf("SANDBOXPOOL_BENCH_SIZES: %q is not a number", f)
-		}
-		out = append(out, n)
-	}
-	return out
+	return parseSizes(t, s)
 }
 
 func TestOperatorScale(t *testing.T) {
