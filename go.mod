@@ -40,6 +40,7 @@ require (
 require (
 	github.com/Microsoft/hcsshim v0.15.0-rc.4 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	k8s.io/component-helpers v0.37.2 // indirect
 )
 
 require (

@@ -60,15 +60,14 @@ type Agent struct {
 	mu sync.Mutex // guards the fields below
 	// nc is the last node-ctl poll.
 	nc nodeCtlView
-	// shim is what the placeholder shim told about each pool's pod, since this agent started.
+	// shim is what the placeholder shim said of each placeholder pod since this agent
+	// started, by the pod's name.
 	shim map[string]shimState
 	// reported is the last status applied per pool (volatile fields zeroed), for "write only
 	// when a field changed".
 	reported map[string]reportedStatus
-	// deferredSince is when the current deferral of each pool's downscale began; warned
-	// whether its Warning event has been emitted.
-	deferredSince map[string]time.Time
-	warned        map[string]bool
+	// resizes is what the agent remembers of each pool's resize between passes.
+	resizes map[string]resizeNotes
 	// stopped records the pool UIDs for which node-ctl has been stopped.
 	stopped map[types.UID]bool
 	// lastRestart rate-limits the node-ctl restart fallback.
@@ -90,12 +89,6 @@ type nodeCtlView struct {
 	DownSince *time.Time
 	LastOK    time.Time
 	State     *api.State
-}
-
-// shimState is what the shim reported about a pool's pod.
-type shimState struct {
-	PodUID  string
-	Started bool
 }
 
 // reportedStatus is the key of the last applied status and the memory figure it carried.
@@ -149,8 +142,7 @@ func newAgent(cfg *rest.Config, o Options, sch *schema.Schema, triggers chan eve
 	}
 	return &Agent{
 		cfg: cfg, opts: o, schema: sch, nodectl: nc, triggers: triggers,
-		shim: map[string]shimState{}, reported: map[string]reportedStatus{},
-		deferredSince: map[string]time.Time{}, warned: map[string]bool{},
+		shim: map[string]shimState{}, reported: map[string]reportedStatus{}, resizes: map[string]resizeNotes{},
 		stopped: map[types.UID]bool{}, leases: map[string]*coordinationv1.Lease{},
 	}
 }

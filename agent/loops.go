@@ -69,6 +69,7 @@ func (a *Agent) pollOnce(ctx context.Context) {
 	if changedMaterially(old, nc) {
 		a.triggerAll(ctx)
 	}
+	a.checkShims()
 }
 
 // changedMaterially is true when a poll's result can change a pass's outcome.

@@ -49,8 +49,13 @@ type Options struct {
 	ManifestVerifyInterval time.Duration
 	// Watermark is the share of a smaller memory size usage may reach for a downscale.
 	Watermark float64
-	// DeferredWarningAfter: a downscale deferred this long gets a Warning event.
+	// DeferredWarningAfter: a resize deferred this long gets a Warning event.
 	DeferredWarningAfter time.Duration
+	// ResizePreempt sends a growth to kubelet without first checking that the node has
+	// room for it as the scheduler counts it. kubelet then preempts pods that are not
+	// critical to make room (a static pod is critical to it). Off: a growth waits for room,
+	// and no other pod is evicted for it.
+	ResizePreempt bool
 	// ShimAddress is the unix socket the agent serves the placeholder shim on.
 	ShimAddress string
 	// HealthzAddr serves /healthz and /readyz, MetricsAddr /metrics ("0" disables).
@@ -107,7 +112,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "The Lease's duration (the controller's --lease-ttl decides liveness).")
 	fs.DurationVar(&o.ManifestVerifyInterval, "manifest-verify-interval", o.ManifestVerifyInterval, "Re-check the manifests this often even without a file system event.")
 	fs.Float64Var(&o.Watermark, "resize-watermark", o.Watermark, "A memory downscale waits while usage is above this share of the new size.")
-	fs.DurationVar(&o.DeferredWarningAfter, "resize-deferred-warning-after", o.DeferredWarningAfter, "Emit a Warning event when a downscale has been deferred this long.")
+	fs.DurationVar(&o.DeferredWarningAfter, "resize-deferred-warning-after", o.DeferredWarningAfter, "Emit a Warning event when a resize has been deferred this long.")
+	fs.BoolVar(&o.ResizePreempt, "resize-preempt", o.ResizePreempt, "Send a growth to kubelet without waiting for room on the node: kubelet then preempts pods that are not critical to make room for it. Off: a growth waits until the node has room, and no pod is evicted for it.")
 	fs.StringVar(&o.ShimAddress, "shim-address", o.ShimAddress, "Unix socket the agent serves the placeholder shim on (the shim's "+shimapi.AddressEnv+").")
 	fs.StringVar(&o.HealthzAddr, "healthz-addr", o.HealthzAddr, "Address of /healthz and /readyz (\"0\" disables).")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address of /metrics (\"0\" disables).")

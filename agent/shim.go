@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentcube/sandboxpool/agent/shimapi"
@@ -11,18 +15,14 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// shimCreateTimeout bounds how long Create waits to align node-ctl (the shim retries, and
-// kubelet after it).
-const shimCreateTimeout = 10 * time.Second
-
-// shimService is the agent's side of the PlaceholderShim API (agent/shimapi): Create aligns
-// node-ctl with the pool before the pod's sandbox is reported created; Start is the signal
-// for PlaceholderPodReady; Delete and Shutdown clear it. None of them stops node-ctl: a pod
-// rebuilt for a resize goes through Delete/Shutdown too, and node-ctl is stopped only when
-// the pool is really gone.
+// shimService is the agent's side of the PlaceholderShim API (agent/shimapi): it records what
+// the shim says of each placeholder pod (created, started with the shim's PID, stopped) and
+// re-runs the pool's pass. It answers without waiting for the pass: the placeholder pod's
+// start never depends on the API server, the webhook or node-ctl. None of the calls stops
+// node-ctl: a piece replaced in a resize goes through Delete/Shutdown too, and node-ctl is
+// stopped only when the pool is really gone.
 type shimService struct{ a *Agent }
 
 var _ shimapi.Service = shimService{}
@@ -51,25 +51,16 @@ func (s shimService) Create(ctx context.Context, req *v1.CreateRequest) (*v1.Cre
 		return nil, errgrpc.ToGRPC(fmt.Errorf("pod %s/%s belongs to pool %s with UID %s, the pool now has UID %s: %w",
 			req.Identity.GetPodNamespace(), req.Identity.GetPodName(), pool, uid, p.UID, errdefs.ErrFailedPrecondition))
 	}
-	a.mu.Lock()
-	a.shim[pool] = shimState{PodUID: req.Identity.GetPodUid()}
-	a.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, shimCreateTimeout)
-	defer cancel()
-	a.syncMu.Lock()
-	_, err = a.sync(ctx, pool)
-	a.syncMu.Unlock()
-	if err != nil {
-		logf.FromContext(ctx).Error(err, "aligning node-ctl for the shim's Create", "pool", pool)
-		return nil, errgrpc.ToGRPC(fmt.Errorf("aligning pool %s: %w", pool, err))
-	}
+	a.setShim(req.Identity, shimState{})
 	return &v1.CreateResponse{}, nil
 }
 
 func (s shimService) Start(_ context.Context, req *v1.StartRequest) (*v1.StartResponse, error) {
 	shimCalls.WithLabelValues("Start").Inc()
-	if pool := forPool(req.GetIdentity()); pool != "" {
-		s.a.setShim(pool, shimState{PodUID: req.Identity.GetPodUid(), Started: true})
+	if forPool(req.GetIdentity()) != "" {
+		st := shimState{Started: true, PID: int(req.GetShimPid())}
+		st.startTime, _ = processStartTime(st.PID)
+		s.a.setShim(req.Identity, st)
 	}
 	return &v1.StartResponse{}, nil
 }
@@ -86,26 +77,117 @@ func (s shimService) Shutdown(_ context.Context, req *v1.ShutdownRequest) (*v1.S
 	return &v1.ShutdownResponse{}, nil
 }
 
-// podStopped records that the pool's pod stopped, if the call is about the pod the agent
-// last saw started (a late call about an older pod changes nothing).
+// shimState is what the shim said of one placeholder pod since this agent started.
+type shimState struct {
+	// Pool, PoolUID and PodUID identify the pod (PodUID is kubelet's UID of the static pod).
+	Pool, PoolUID, PodUID string
+	// Started: the shim started the pod's sandbox and has not stopped it since.
+	Started bool
+	// PID is the shim's process; startTime its start time in /proc (0 when unknown), so a
+	// reused PID does not pass for the shim.
+	PID       int
+	startTime uint64
+	// Exited: the shim process is gone without a word (killed).
+	Exited bool
+}
+
+// alive reports whether the shim process still runs (true when its PID is unknown).
+func (s shimState) alive() bool {
+	if s.PID <= 0 {
+		return true
+	}
+	t, err := processStartTime(s.PID)
+	return err == nil && (s.startTime == 0 || t == s.startTime)
+}
+
+// podStopped records that a pod stopped, if the call is about the pod the agent last saw
+// under that name (a late call about an older pod changes nothing).
 func (a *Agent) podStopped(id *v1.Identity) {
-	pool := forPool(id)
-	if pool == "" {
+	if forPool(id) == "" {
 		return
 	}
 	a.mu.Lock()
-	cur, ok := a.shim[pool]
+	cur, ok := a.shim[id.GetPodName()]
 	a.mu.Unlock()
 	if !ok || cur.PodUID == id.GetPodUid() {
-		a.setShim(pool, shimState{PodUID: id.GetPodUid()})
+		a.setShim(id, shimState{})
 	}
 }
 
-func (a *Agent) setShim(pool string, st shimState) {
+// setShim records st for the pod of id and re-runs its pool's pass.
+func (a *Agent) setShim(id *v1.Identity, st shimState) {
+	st.Pool, st.PoolUID, st.PodUID = id.GetPoolName(), id.GetPoolUid(), id.GetPodUid()
 	a.mu.Lock()
-	a.shim[pool] = st
+	a.shim[id.GetPodName()] = st
 	a.mu.Unlock()
-	a.trigger(pool)
+	a.trigger(st.Pool)
+}
+
+// shimFor returns what the shim said of the pod called name, if anything since the agent
+// started.
+func (a *Agent) shimFor(name string) (shimState, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.shim[name]
+	return st, ok
+}
+
+// shimRuns reports whether the shim started the pod called name of the pool with poolUID
+// and its process still runs.
+func (a *Agent) shimRuns(name, poolUID string) bool {
+	st, ok := a.shimFor(name)
+	return ok && st.Started && !st.Exited && st.PoolUID == poolUID && st.alive()
+}
+
+// checkShims marks the started pods whose shim process is gone, and re-runs their pools'
+// passes: a killed shim says nothing, so the agent looks at every poll.
+func (a *Agent) checkShims() {
+	a.mu.Lock()
+	var pools []string
+	for name, st := range a.shim {
+		if st.Started && !st.Exited && !st.alive() {
+			st.Exited = true
+			a.shim[name] = st
+			pools = append(pools, st.Pool)
+		}
+	}
+	a.mu.Unlock()
+	for _, p := range pools {
+		a.trigger(p)
+	}
+}
+
+// forgetShims drops what the shim said of the pods of pool.
+func (a *Agent) forgetShims(pool string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name, st := range a.shim {
+		if st.Pool == pool {
+			delete(a.shim, name)
+		}
+	}
+}
+
+// processStartTime is the start time of process pid, field 22 of /proc/<pid>/stat.
+func processStartTime(pid int) (uint64, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("no pid")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command, field 2, is in parentheses and may hold spaces: count after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	const startTimeField = 22 - 3 // fields after the command start at field 3
+	if len(fields) <= startTimeField {
+		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[startTimeField], 10, 64)
 }
 
 // serveShim serves the PlaceholderShim API on ShimAddress until ctx ends.

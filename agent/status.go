@@ -27,16 +27,15 @@ func allocatedStep(allocatable int64) int64 {
 // report applies the agent's part of the pool's status (field manager placeholder-agent)
 // when any field differs from the last one applied. Heartbeat timestamps are refreshed on
 // each write but never cause one.
-func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *corev1.Pod, nc nodeCtlView,
-	plan resizePlan, firstApply bool, nodeCtlErr error, desired corev1.ResourceList) error {
+func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass) error {
 	now := metav1.NewTime(a.opts.Clock.Now())
 	a.mu.Lock()
 	prev := a.reported[pool.Name]
-	shim, shimKnown := a.shim[pool.Name]
 	a.mu.Unlock()
+	nc := ps.nc
 
 	st := v1alpha1.SandboxPoolStatus{}
-	if pod != nil {
+	if pod := a.shownPod(ps); pod != nil {
 		st.PlaceholderPod = &v1alpha1.PlaceholderPodStatus{Name: pod.Name, UID: string(pod.UID), Phase: string(pod.Status.Phase)}
 		if a.opts.NetnsEnabled {
 			st.PlaceholderPod.IP = pod.Status.PodIP
@@ -56,7 +55,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 			st.Override.OverriddenAt = &at
 		}
 	}
-	st.Resize = resizeState(pool.Status.Resize, firstApply, plan, desired)
+	st.Resize = resizeState(pool.Status.Resize, ps.applied == nil, ps.plan, ps.desired)
 	if st.Resize != nil && st.Resize.Status != v1alpha1.ResizeCompleted && pool.Status.Resize != nil &&
 		pool.Status.Resize.Status == st.Resize.Status && pool.Status.Resize.LastProbeTime != nil {
 		st.Resize.LastProbeTime = pool.Status.Resize.LastProbeTime
@@ -78,10 +77,10 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 		st.PoolInfo.AllocatedMemoryBytes = ptr.To(allocated)
 	}
 	st.LastAppliedGeneration = pool.Status.LastAppliedGeneration
-	if plan.Synced {
+	if ps.plan.Synced {
 		st.LastAppliedGeneration = ptr.To(pool.Generation)
 	}
-	st.Conditions = a.conditions(pool, pod, nc, plan, nodeCtlErr, shim, shimKnown)
+	st.Conditions = a.conditions(pool, ps)
 
 	key, err := statusKey(st)
 	if err != nil {
@@ -113,6 +112,23 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, pod *cor
 	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
+	return nil
+}
+
+// shownPod is the placeholder pod status.placeholderPod shows: the newest running piece's
+// mirror pod, else the newest mirror pod of the pool's pieces.
+func (a *Agent) shownPod(ps pass) *corev1.Pod {
+	var shown *corev1.Pod
+	for _, running := range []bool{true, false} {
+		for _, pc := range ps.obs.pieces {
+			if m := ps.obs.mirrors[a.mirrorName(pc.Number)]; m != nil && (!running || pc.State == pieceRunning) {
+				shown = m
+			}
+		}
+		if shown != nil {
+			return shown
+		}
+	}
 	return nil
 }
 
@@ -155,8 +171,7 @@ func agentFields(s v1alpha1.SandboxPoolStatus) v1alpha1.SandboxPoolStatus {
 
 // conditions computes the agent's five conditions, keeping transition times of those whose
 // status did not change.
-func (a *Agent) conditions(pool *v1alpha1.SandboxPool, pod *corev1.Pod, nc nodeCtlView, plan resizePlan,
-	nodeCtlErr error, shim shimState, shimKnown bool) []metav1.Condition {
+func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Condition {
 	var out []metav1.Condition
 	for _, c := range pool.Status.Conditions {
 		if isAgentCondition(c.Type) {
@@ -170,19 +185,10 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, pod *corev1.Pod, nc nodeC
 		}
 		meta.SetStatusCondition(&out, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: pool.Generation})
 	}
+	plan, nc := ps.plan, ps.nc
 
-	switch {
-	case shimKnown && shim.Started:
-		set(v1alpha1.ConditionPlaceholderPodReady, true, ReasonPodStarted, "the placeholder shim started the pod "+shim.PodUID)
-	case shimKnown:
-		set(v1alpha1.ConditionPlaceholderPodReady, false, ReasonPodNotStarted, "the placeholder shim has not started the pod, or stopped it")
-	case pod != nil && podReady(pod):
-		// No word from the shim since this agent started (it does not repeat itself): the
-		// mirror pod's readiness stands in.
-		set(v1alpha1.ConditionPlaceholderPodReady, true, ReasonMirrorPodReady, "the mirror pod "+pod.Name+" is ready")
-	default:
-		set(v1alpha1.ConditionPlaceholderPodReady, false, ReasonMirrorPodNotReady, "no ready placeholder pod")
-	}
+	ready, reason, msg := a.readiness(ps)
+	set(v1alpha1.ConditionPlaceholderPodReady, ready, reason, msg)
 
 	if nc.Healthy {
 		set(v1alpha1.ConditionNodeCtlHealthy, true, ReasonNodeCtlHealthy, "node-ctl answers on "+a.opts.NodeCtlSocket)
@@ -192,31 +198,99 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, pod *corev1.Pod, nc nodeC
 
 	switch {
 	case plan.Synced:
-		set(v1alpha1.ConditionResourceSynced, true, ReasonSynced, "node-ctl and the placeholder pod run the pool's resources")
-	case plan.Deferred:
+		set(v1alpha1.ConditionResourceSynced, true, ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
+	case plan.Deferred != "":
 		set(v1alpha1.ConditionResourceSynced, false, ReasonResizeDeferred, plan.Reason)
-	case nodeCtlErr != nil:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlRejected, nodeCtlErr.Error())
+	case ps.nodeCtlErr != nil:
+		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlRejected, ps.nodeCtlErr.Error())
 	case !nc.Healthy:
 		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlUnreachable, "node-ctl does not answer")
-	case plan.Reason != "":
-		set(v1alpha1.ConditionResourceSynced, false, ReasonWaitingForPod, plan.Reason)
+	case plan.Waiting != "":
+		set(v1alpha1.ConditionResourceSynced, false, ReasonWaitingForKubelet, plan.Waiting)
 	default:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonResizing, "moving node-ctl and the placeholder pod to the pool's resources")
+		set(v1alpha1.ConditionResourceSynced, false, ReasonResizing, "moving node-ctl and the placeholder pods to the pool's resources")
 	}
 
-	inProgress := !plan.Synced && !plan.Deferred
-	reason := ReasonNoResize
+	// A resize in progress moves without a fault: node-ctl answers and takes its configs.
+	// The pool stays Ready meanwhile (the old lock holds); a fault makes it Degraded.
+	inProgress := !plan.Synced && plan.Deferred == "" && ps.nodeCtlErr == nil && nc.Healthy
+	reason = ReasonNoResize
 	if inProgress {
 		reason = ReasonResizeInProgress
 	}
-	set(v1alpha1.ConditionResizeInProgress, inProgress, reason, fmt.Sprintf("requests %s cpu, %s memory", plan.Manifest.Cpu(), plan.Manifest.Memory()))
-	if plan.Deferred {
-		set(v1alpha1.ConditionResizeDeferred, true, ReasonResizeDeferred, plan.Reason)
+	set(v1alpha1.ConditionResizeInProgress, inProgress, reason,
+		fmt.Sprintf("the pool asks for %s; the placeholder pods hold %s", resourcesText(ps.desired), resourcesText(plan.Lock)))
+	if plan.Deferred != "" {
+		set(v1alpha1.ConditionResizeDeferred, true, string(plan.Deferred), plan.Reason)
 	} else {
-		set(v1alpha1.ConditionResizeDeferred, false, ReasonNoResize, "no downscale is waiting")
+		set(v1alpha1.ConditionResizeDeferred, false, ReasonNoResize, "no resize is waiting")
 	}
 	return out
+}
+
+// readiness is PlaceholderPodReady: the pool's placeholder pods run, as their mirror pods
+// and the shim both say, and hold at least what node-ctl runs. A pod added for a resize
+// that is not running yet does not count against it; a running one that broke does.
+func (a *Agent) readiness(ps pass) (bool, string, string) {
+	type why struct{ reason, msg string }
+	var broken, waiting *why
+	covered := corev1.ResourceList{}
+	var running []string
+	for _, pc := range ps.obs.pieces {
+		name := a.mirrorName(pc.Number)
+		mirror := ps.obs.mirrors[name]
+		sh, known := a.shimFor(name)
+		switch {
+		case known && sh.Started && sh.Exited && pc.State != piecePending && pc.State != pieceRejected:
+			broken = &why{ReasonShimExited, fmt.Sprintf("the placeholder shim of %s (pid %d) is gone without a word", name, sh.PID)}
+		case pc.State == pieceRunning && known && !sh.Started:
+			if broken == nil || broken.reason != ReasonShimExited {
+				broken = &why{ReasonShimStopped, "the placeholder shim stopped " + name}
+			}
+		case pc.State == pieceRunning:
+			if pc.Trusted {
+				addTo(covered, pc.Res)
+				running = append(running, name)
+			}
+		case pc.State == pieceRejected:
+			waiting = &why{ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
+		case pc.State == pieceAdmitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
+			if waiting == nil || waiting.reason != ReasonPodRejected {
+				waiting = &why{ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
+			}
+		default:
+			if waiting == nil {
+				state := "kubelet has not admitted it yet"
+				if mirror != nil {
+					state = "it is " + string(mirror.Status.Phase)
+				}
+				waiting = &why{ReasonPodNotRunning, name + " is not running: " + state}
+			}
+		}
+	}
+	if broken != nil {
+		return false, broken.reason, broken.msg
+	}
+	if len(running) > 0 && covers(covered, ps.applied) {
+		return true, ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
+	}
+	if waiting != nil {
+		return false, waiting.reason, waiting.msg
+	}
+	if len(running) > 0 {
+		return false, ReasonPodNotRunning, "the running placeholder pods hold " + resourcesText(covered) + ", less than node-ctl runs (" + resourcesText(ps.applied) + ")"
+	}
+	return false, ReasonPodNotRunning, "the pool has no placeholder pod yet"
+}
+
+// readyMessage is ": " and the message of the pod's Ready condition, if it has one.
+func readyMessage(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Message != "" {
+			return ": " + c.Message
+		}
+	}
+	return ""
 }
 
 func isAgentCondition(t string) bool {

@@ -7,35 +7,37 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Reasons of the agent's conditions and events.
 const (
-	ReasonPodStarted          = "PodStarted"
-	ReasonPodNotStarted       = "PodNotStarted"
-	ReasonMirrorPodReady      = "MirrorPodReady"
-	ReasonMirrorPodNotReady   = "MirrorPodNotReady"
+	ReasonPodsRunning         = "PodsRunning"
+	ReasonPodNotRunning       = "PodNotRunning"
+	ReasonPodNotReady         = "PodNotReady"
+	ReasonPodRejected         = "PodRejected"
+	ReasonShimStopped         = "ShimStopped"
+	ReasonShimExited          = "ShimExited"
 	ReasonNodeCtlHealthy      = "Healthy"
 	ReasonNodeCtlUnreachable  = "Unreachable"
 	ReasonSynced              = "Synced"
 	ReasonResizing            = "Resizing"
-	ReasonWaitingForPod       = "WaitingForPod"
+	ReasonWaitingForKubelet   = "WaitingForKubelet"
 	ReasonNodeCtlRejected     = "NodeCtlRejected"
 	ReasonResizeDeferred      = "ResizeDeferred"
 	ReasonResizeInProgress    = "ResizeInProgress"
@@ -51,13 +53,34 @@ const (
 	nodeCtlRestartMinInterval = 30 * time.Second
 )
 
+// Backoff after kubelet refused a piece of a pool: the first retry after rejectionBackoff,
+// doubling up to maxRejectionBackoff.
+const (
+	rejectionBackoff    = 5 * time.Second
+	maxRejectionBackoff = 5 * time.Minute
+	// pendingRecheck is how often a pass looks again while kubelet has neither admitted nor
+	// rejected a piece (a rejection is an event, which triggers no pass).
+	pendingRecheck = time.Second
+)
+
 // reconcile is one level-triggered pass over one pool: everything is derived from what is
-// observed now (pool, manifest on disk, mirror pod, node-ctl's state), so a crash or a
+// observed now (pool, manifests on disk, mirror pods, node-ctl's state), so a crash or a
 // restart at any point resumes correctly.
 func (a *Agent) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a.syncMu.Lock()
 	defer a.syncMu.Unlock()
 	return a.sync(ctx, req.Name)
+}
+
+// pass is what one pass observed and decided, for the status.
+type pass struct {
+	obs     observed
+	plan    lockPlan
+	desired corev1.ResourceList
+	applied corev1.ResourceList
+	nc      nodeCtlView
+	// nodeCtlErr is a failed node-ctl apply of this pass.
+	nodeCtlErr error
 }
 
 func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
@@ -80,67 +103,165 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 	}
 	pool, err = a.defaulted(pool)
 	if err != nil {
-		log.Error(err, "pool fails the schema; keeping the current manifest")
-		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonInvalidPool, ActionValidate, "Pool fails the schema, manifest left as it is: %v", err)
+		log.Error(err, "pool fails the schema; keeping the current manifests")
+		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonInvalidPool, ActionValidate, "Pool fails the schema, manifests left as they are: %v", err)
 		return ctrl.Result{}, nil
 	}
 
-	desired := effectiveResources(pool)
-	pod := a.mirrorPod(ctx, pool)
-	a.mu.Lock()
-	nc := a.nc
-	a.mu.Unlock()
-	applied := appliedResources(nc.State, pool)
-	var podRequests corev1.ResourceList
-	if pod != nil {
-		podRequests = podRequestsOf(pod)
-	}
-	var allocated int64
-	if nc.State != nil {
-		allocated = nc.State.AllocatedMemoryBytes
-	}
-	plan := planResize(resizeInput{Desired: desired, Applied: applied, Pod: podRequests,
-		AllocatedMemory: allocated, Watermark: a.opts.Watermark})
-
-	// 1. The manifest (raised before node-ctl grows, lowered after it shrank).
-	if err := a.ensureManifest(ctx, pool, plan.Manifest); err != nil {
+	ps, err := a.step(ctx, pool)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// 2. node-ctl, when the plan moves it.
-	var nodeCtlErr error
-	if plan.NodeCtl != nil && nc.Healthy {
+	a.noteResize(pool, ps)
+
+	// Status, only when a field changed. The steps above never wait on it.
+	if err := a.report(ctx, pool, ps); err != nil {
+		return ctrl.Result{}, err
+	}
+	switch {
+	case ps.plan.Waiting != "" || ps.plan.NeedRoom:
+		return ctrl.Result{RequeueAfter: min(pendingRecheck, a.opts.NodeCtlPollInterval)}, nil
+	case !ps.plan.Synced:
+		return ctrl.Result{RequeueAfter: a.opts.NodeCtlPollInterval}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// step observes the pool's lock and node-ctl, decides, and acts: node-ctl first (it only
+// shrinks ahead of the lock and only grows up to it), then the pieces.
+func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, error) {
+	log := logf.FromContext(ctx)
+	ps := pass{desired: effectiveResources(pool), nc: a.nodeCtlView()}
+	obs, err := a.observe(ctx, pool)
+	if err != nil {
+		return ps, err
+	}
+	ps.obs = obs
+	ps.applied = appliedResources(ps.nc.State, pool)
+	in := lockInput{Desired: ps.desired, Pieces: obs.pieces, Applied: ps.applied, Watermark: a.opts.Watermark,
+		Preempt: a.opts.ResizePreempt, NextPiece: obs.next}
+	if ps.nc.State != nil {
+		in.AllocatedMemory = ps.nc.State.AllocatedMemoryBytes
+	}
+	in.Backoff, in.LastRejection = a.rejectionBackoff(pool.Name)
+	plan := a.plan(ctx, pool, &in)
+
+	if plan.NodeCtl != nil && ps.nc.Healthy {
 		st, err := a.applyNodeCtl(ctx, pool, plan.NodeCtl)
 		if err != nil {
-			nodeCtlErr = err
+			ps.nodeCtlErr = err
 		} else {
 			a.mu.Lock()
 			a.nc.State = st
 			a.mu.Unlock()
-			nc.State = st
-			// Re-plan against what node-ctl now runs (the manifest may follow a shrink).
-			applied = appliedResources(st, pool)
-			plan = planResize(resizeInput{Desired: desired, Applied: applied, Pod: podRequests,
-				AllocatedMemory: st.AllocatedMemoryBytes, Watermark: a.opts.Watermark})
-			if err := a.ensureManifest(ctx, pool, plan.Manifest); err != nil {
-				return ctrl.Result{}, err
+			ps.nc.State = st
+			ps.applied = appliedResources(st, pool)
+			in.AllocatedMemory = st.AllocatedMemoryBytes
+			if len(plan.Remove) == 0 && plan.Add == nil {
+				// Decide the pieces against what node-ctl now runs (the lock may follow a
+				// shrink).
+				in.Applied = ps.applied
+				plan = a.plan(ctx, pool, &in)
 			}
 		}
-	} else if plan.NodeCtl != nil && nc.Polled {
+	} else if plan.NodeCtl != nil && ps.nc.Polled {
 		// node-ctl is down while the pool needs it: stopped when an earlier pool of this
 		// node was deleted (the class was recreated), or its unit gave up. Start it the way
 		// a reload that gets no answer does (the restart command, at most every 30 s).
 		a.restartNodeCtl(ctx)
 	}
-	a.noteDeferral(pool, plan)
+	ps.plan = plan
+	if err := a.applyPieces(ctx, pool, obs, plan); err != nil {
+		return ps, err
+	}
+	if len(obs.broken) > 0 && plan.Add == nil && plan.Waiting == "" && !plan.NeedRoom &&
+		covers(plan.Lock, maxOf(ps.desired, ps.applied)) {
+		// Files of the pool's that do not parse: never counted in the lock; removed once
+		// the lock is whole without them.
+		log.Info("removing manifests of the pool that cannot be read", "pieces", obs.broken)
+		if err := manifest.Remove(a.opts.ManifestDir, pool.Name, obs.broken...); err != nil {
+			return ps, err
+		}
+	}
+	return ps, nil
+}
 
-	// 3. Status, only when a field changed.
-	if err := a.report(ctx, pool, pod, nc, plan, applied == nil, nodeCtlErr, desired); err != nil {
-		return ctrl.Result{}, err
+// plan runs planLock, reading the node's room when the decision needs it.
+func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockInput) lockPlan {
+	p := planLock(*in)
+	if !p.NeedRoom {
+		return p
 	}
-	if !plan.Synced {
-		return ctrl.Result{RequeueAfter: a.opts.NodeCtlPollInterval}, nil
+	r, err := a.roomOnNode(ctx, pool)
+	if err != nil {
+		// Without the room nothing that needs it moves; the pass is retried.
+		logf.FromContext(ctx).Error(err, "reading the node's room")
+		return p
 	}
-	return ctrl.Result{}, nil
+	in.Room = r
+	return planLock(*in)
+}
+
+// applyPieces writes and removes manifests as the plan says: the new piece first, or, for a
+// replacement on a node without room for both, the old pieces first.
+func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs observed, p lockPlan) error {
+	log := logf.FromContext(ctx)
+	for _, pc := range obs.pieces {
+		if pc.State == pieceRejected && slices.Contains(p.Remove, pc.Number) {
+			a.noteRejection(pool, pc)
+		}
+	}
+	remove := func() error {
+		if len(p.Remove) == 0 {
+			return nil
+		}
+		if err := manifest.Remove(a.opts.ManifestDir, pool.Name, p.Remove...); err != nil {
+			return fmt.Errorf("removing placeholder pods of %s: %w", pool.Name, err)
+		}
+		log.Info("removed placeholder pods", "pieces", p.Remove)
+		return nil
+	}
+	add := func() error {
+		if p.Add == nil {
+			return nil
+		}
+		data, err := manifest.Render(a.pieceSpec(pool, p.Add.Number, p.Add.Res))
+		if err != nil {
+			return fmt.Errorf("rendering placeholder pod %d of %s: %w", p.Add.Number, pool.Name, err)
+		}
+		if _, err := manifest.Ensure(a.opts.ManifestDir, pool.Name, p.Add.Number, data); err != nil {
+			return fmt.Errorf("writing placeholder pod %d of %s: %w", p.Add.Number, pool.Name, err)
+		}
+		manifestWrites.Inc()
+		log.Info("wrote a placeholder pod", "piece", p.Add.Number, "file", manifest.FileName(pool.Name, p.Add.Number),
+			"resources", resourcesText(p.Add.Res), "replaces", p.Remove, "removeFirst", p.RemoveFirst)
+		return nil
+	}
+	if p.RemoveFirst {
+		if err := remove(); err != nil {
+			return err
+		}
+		return add()
+	}
+	if err := add(); err != nil {
+		return err
+	}
+	return remove()
+}
+
+// resourcesText prints a resource list for logs and messages: "cpu 500m, memory 256Mi".
+func resourcesText(l corev1.ResourceList) string {
+	var parts []string
+	for _, n := range resourceNames(l) {
+		parts = append(parts, string(n)+" "+quantityText(n, l[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (a *Agent) nodeCtlView() nodeCtlView {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.nc
 }
 
 // defaulted runs the pool through the compiled CUE schema, like the webhook does, and
@@ -189,60 +310,6 @@ func appliedResources(st *api.State, pool *v1alpha1.SandboxPool) corev1.Resource
 		out[corev1.ResourceName(k)] = q
 	}
 	return out
-}
-
-// mirrorPod is the pool's placeholder pod as the API server shows it (the mirror pod of the
-// static manifest), nil when there is none.
-func (a *Agent) mirrorPod(ctx context.Context, pool *v1alpha1.SandboxPool) *corev1.Pod {
-	var pods corev1.PodList
-	if err := a.client.List(ctx, &pods, client.MatchingFields{indexNode: a.opts.NodeName},
-		client.MatchingLabels{v1alpha1.LabelPoolName: naming.LabelValue(pool.Name)}); err != nil {
-		logf.FromContext(ctx).Error(err, "listing the placeholder pod")
-		return nil
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Annotations[v1alpha1.AnnotationPoolName] == pool.Name && p.DeletionTimestamp == nil &&
-			p.Annotations[v1alpha1.AnnotationPoolUID] == string(pool.UID) {
-			return p
-		}
-	}
-	return nil
-}
-
-func podRequestsOf(pod *corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, c := range pod.Spec.Containers {
-		for k, v := range c.Resources.Requests {
-			q := out[k]
-			q.Add(v)
-			out[k] = q
-		}
-	}
-	return out
-}
-
-// ensureManifest renders the pool's manifest with the requests of the plan and writes it
-// when the file is missing or differs (self-heal).
-func (a *Agent) ensureManifest(ctx context.Context, pool *v1alpha1.SandboxPool, requests corev1.ResourceList) error {
-	data, err := manifest.Render(manifest.Spec{
-		PoolName: pool.Name, PoolUID: string(pool.UID), ClassName: pool.Spec.ClassRef.Name, NodeName: pool.Spec.NodeName,
-		Resources: requests, Template: pool.Spec.PlaceholderPod, Namespace: a.opts.PodNamespace,
-		Image: a.opts.PauseImage, NetnsEnabled: a.opts.NetnsEnabled,
-	})
-	if err != nil {
-		return fmt.Errorf("rendering the manifest of %s: %w", pool.Name, err)
-	}
-	rewritten, err := manifest.Ensure(a.opts.ManifestDir, pool.Name, data)
-	if err != nil {
-		return fmt.Errorf("writing the manifest of %s: %w", pool.Name, err)
-	}
-	if rewritten {
-		manifestWrites.Inc()
-		logf.FromContext(ctx).Info("wrote the placeholder manifest", "file", manifest.FileName(pool.Name),
-			"cpu", requests.Cpu().String(), "memory", requests.Memory().String())
-	}
-	return nil
 }
 
 // applyNodeCtl writes node-ctl's config and asks it to reload; when node-ctl does not
@@ -308,15 +375,14 @@ func (a *Agent) runCommand(ctx context.Context, what, command string, pid int) {
 // A resize rebuilds the pod but never gets here: node-ctl is stopped only when the pool is
 // really gone.
 func (a *Agent) poolGone(ctx context.Context, name string, uid types.UID) error {
-	if err := manifest.Remove(a.opts.ManifestDir, name); err != nil {
-		return fmt.Errorf("removing the manifest of %s: %w", name, err)
+	if err := manifest.RemovePool(a.opts.ManifestDir, name); err != nil {
+		return fmt.Errorf("removing the manifests of %s: %w", name, err)
 	}
+	a.forgetShims(name)
 	a.mu.Lock()
 	st := a.nc.State
 	delete(a.reported, name)
-	delete(a.shim, name)
-	delete(a.deferredSince, name)
-	delete(a.warned, name)
+	delete(a.resizes, name)
 	delete(a.leases, name)
 	// node-ctl serves this pool (by name, and by UID when known) and was not stopped yet.
 	serves := st != nil && st.Pool.Name == name && (uid == "" || st.Pool.UID == string(uid))
@@ -332,24 +398,82 @@ func (a *Agent) poolGone(ctx context.Context, name string, uid types.UID) error 
 	return nil
 }
 
-// noteDeferral tracks how long a downscale has been deferred and warns once past
-// DeferredWarningAfter.
-func (a *Agent) noteDeferral(pool *v1alpha1.SandboxPool, p resizePlan) {
+// resizeNotes is what the agent remembers of a pool's resize between passes: when the
+// current deferral began and what it has said of it, and kubelet's last refusal.
+type resizeNotes struct {
+	deferredSince time.Time
+	deferredKind  deferral
+	warnedLong    bool
+	rejectedAt    time.Time
+	rejections    int
+	lastRejection string
+	inProgress    bool
+}
+
+// noteRejection records that kubelet refused a piece of pool, for the backoff, and says so.
+func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc piece) {
+	a.mu.Lock()
+	n := a.resizes[pool.Name]
+	n.rejectedAt, n.rejections = a.opts.Clock.Now(), n.rejections+1
+	n.lastRejection = "kubelet refused placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
+	a.resizes[pool.Name] = n
+	a.mu.Unlock()
+	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonPodRejected, ActionResize,
+		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), resourcesText(pc.Res), pc.Reason)
+}
+
+// rejectionBackoff reports whether kubelet refused a piece of pool too recently to ask
+// again, and its word then.
+func (a *Agent) rejectionBackoff(pool string) (bool, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !p.Deferred {
-		delete(a.deferredSince, pool.Name)
-		delete(a.warned, pool.Name)
-		return
+	n := a.resizes[pool]
+	if n.rejections == 0 {
+		return false, ""
 	}
-	since, ok := a.deferredSince[pool.Name]
-	if !ok {
-		a.deferredSince[pool.Name] = a.opts.Clock.Now()
-		return
+	wait := min(rejectionBackoff<<min(n.rejections-1, 16), maxRejectionBackoff)
+	return a.opts.Clock.Since(n.rejectedAt) < wait, n.lastRejection
+}
+
+// noteResize emits the resize's events: a Warning when a resize starts to wait (and once
+// more past DeferredWarningAfter), a Normal event when one completes.
+func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
+	p := ps.plan
+	a.mu.Lock()
+	n := a.resizes[pool.Name]
+	now := a.opts.Clock.Now()
+	var events []func()
+	switch {
+	case p.Deferred == "":
+		n.deferredSince, n.deferredKind, n.warnedLong = time.Time{}, "", false
+	case n.deferredKind != p.Deferred:
+		n.deferredSince, n.deferredKind, n.warnedLong = now, p.Deferred, false
+		reason := p.Reason
+		events = append(events, func() {
+			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferred, ActionResize, "Resize deferred: %s", reason)
+		})
+	case !n.warnedLong && now.Sub(n.deferredSince) >= a.opts.DeferredWarningAfter:
+		n.warnedLong = true
+		d, reason := now.Sub(n.deferredSince).Round(time.Second), p.Reason
+		events = append(events, func() {
+			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferredLong, ActionResize, "Resize deferred for %s: %s", d, reason)
+		})
 	}
-	if d := a.opts.Clock.Since(since); d >= a.opts.DeferredWarningAfter && !a.warned[pool.Name] {
-		a.warned[pool.Name] = true
-		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferredLong, ActionResize,
-			"Downscale deferred for %s: %s", d.Round(time.Second), p.Reason)
+	if ps.applied != nil && !p.Synced {
+		n.inProgress = true
+	}
+	if p.Synced {
+		if n.inProgress {
+			lock := resourcesText(p.Lock)
+			events = append(events, func() {
+				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, ReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
+			})
+		}
+		n.inProgress, n.rejections, n.lastRejection = false, 0, ""
+	}
+	a.resizes[pool.Name] = n
+	a.mu.Unlock()
+	for _, e := range events {
+		e()
 	}
 }

@@ -170,6 +170,9 @@ func (n *Nodes) StartAgent(node string) error {
 	o.ManifestDir, o.NodeCtlConfig, o.NodeCtl = filepath.Join(n.opts.Dir, "manifests"), n.configPath(node), nc
 	o.NodeCtlRestartCommand, o.NodeCtlStopCommand = "", ""
 	o.HealthzAddr, o.MetricsAddr = "0", "0"
+	// Hollow nodes report no allocatable to check a growth against, and the hollow kubelet
+	// admits every pod: growths go to it at once.
+	o.ResizePreempt = true
 	if n.opts.RenewInterval > 0 {
 		o.LeaseRenewInterval = n.opts.RenewInterval
 	}

@@ -49,7 +49,7 @@ type shim interface {
 	Shutdown(context.Context, *v1.ShutdownRequest) (*v1.ShutdownResponse, error)
 }
 
-// mirror is a pod the hollow kubelet runs, by manifest key.
+// mirror is a pod the hollow kubelet runs, by manifest file name.
 type mirror struct {
 	hash    string
 	pod     *corev1.Pod // as created, with the server's UID
@@ -72,19 +72,23 @@ func (k *kubelet) run(ctx context.Context, workers int) error {
 		}()
 	}
 	go func() { <-ctx.Done(); k.queue.ShutDown() }()
-	return manifest.Watch(ctx, k.dir, 30*time.Second, k.queue.Add, func() { k.resyncAll() })
+	return manifest.Watch(ctx, k.dir, 30*time.Second, k.resync, func() { k.resync("") })
 }
 
-func (k *kubelet) resyncAll() {
+// resync queues every manifest file of the pool with file key key (all files for ""), and
+// every pod it runs for one.
+func (k *kubelet) resync(key string) {
 	entries, _ := os.ReadDir(k.dir)
 	for _, e := range entries {
-		if key, ok := manifest.PoolFromFileName(e.Name()); ok {
-			k.queue.Add(key)
+		if fk, ok := manifest.PoolFromFileName(e.Name()); ok && (key == "" || fk == key) {
+			k.queue.Add(e.Name())
 		}
 	}
 	k.mu.Lock()
-	for key := range k.running {
-		k.queue.Add(key)
+	for file := range k.running {
+		if fk, ok := manifest.PoolFromFileName(file); ok && (key == "" || fk == key) {
+			k.queue.Add(file)
+		}
 	}
 	k.mu.Unlock()
 }
@@ -96,7 +100,7 @@ func (k *kubelet) next(ctx context.Context) bool {
 	}
 	defer k.queue.Done(key)
 	if err := k.sync(ctx, key); err != nil {
-		logf.FromContext(ctx).V(1).Info("hollow kubelet: retrying", "pool", key, "error", err.Error())
+		logf.FromContext(ctx).V(1).Info("hollow kubelet: retrying", "file", key, "error", err.Error())
 		k.queue.AddRateLimited(key)
 		return true
 	}
@@ -104,9 +108,9 @@ func (k *kubelet) next(ctx context.Context) bool {
 	return true
 }
 
-// sync makes the mirror pod of one manifest match the file.
+// sync makes the mirror pod of one manifest file (key is its base name) match the file.
 func (k *kubelet) sync(ctx context.Context, key string) error {
-	data, err := os.ReadFile(filepath.Join(k.dir, manifest.FileName(key)))
+	data, err := os.ReadFile(filepath.Join(k.dir, key))
 	k.mu.Lock()
 	cur, ok := k.running[key]
 	k.mu.Unlock()

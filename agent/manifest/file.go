@@ -8,7 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -50,7 +53,7 @@ var (
 	ErrModified = errors.New("manifest modified since it was rendered")
 )
 
-// FileKey is the pool's part of its file name: the pool name itself, or, for a name
+// FileKey is the pool's part of its file names: the pool name itself, or, for a name
 // longer than MaxFileKeyLength characters, its first 191 characters, "-" and the first 8
 // hex characters of its SHA-256. FileKey(FileKey(p)) == FileKey(p).
 func FileKey(pool string) string {
@@ -60,25 +63,59 @@ func FileKey(pool string) string {
 	return pool[:MaxFileKeyLength-1-fileKeyHashLength] + "-" + hashOf([]byte(pool))[:fileKeyHashLength]
 }
 
-// FileName is the base name of the manifest of pool: "sandbox-pool-" + FileKey(pool) +
-// ".yaml".
-func FileName(pool string) string {
-	return FilePrefix + FileKey(pool) + FileSuffix
+// pieceSeparator separates the pool's key from the piece number in a file name. Pool names
+// are DNS subdomains, which never hold it, so the split is unambiguous.
+const pieceSeparator = "_"
+
+// FileName is the base name of the manifest of piece of pool: "sandbox-pool-" +
+// FileKey(pool) + "_" + piece + ".yaml". Piece 0 is the name of the single manifest that
+// agents before pieces wrote, "sandbox-pool-" + FileKey(pool) + ".yaml": Read and List
+// still read it, and the agent replaces it like any other piece.
+func FileName(pool string, piece int) string {
+	if piece == 0 {
+		return FilePrefix + FileKey(pool) + FileSuffix
+	}
+	return FilePrefix + FileKey(pool) + pieceSeparator + strconv.Itoa(piece) + FileSuffix
 }
 
-// PoolFromFileName returns the file key (see FileKey) in a manifest's base name, and false
-// for a name that is not a manifest's. For pool names up to MaxFileKeyLength characters the
-// key is the pool name.
-func PoolFromFileName(name string) (string, bool) {
-	key, ok := strings.CutPrefix(name, FilePrefix)
+// ParseFileName returns the file key (see FileKey) and the piece number in a manifest's
+// base name, and false for a name that is not a manifest's. For pool names up to
+// MaxFileKeyLength characters the key is the pool name.
+func ParseFileName(name string) (key string, piece int, ok bool) {
+	key, ok = strings.CutPrefix(name, FilePrefix)
 	if !ok {
-		return "", false
+		return "", 0, false
 	}
 	key, ok = strings.CutSuffix(key, FileSuffix)
 	if !ok || key == "" || strings.ContainsRune(key, filepath.Separator) {
-		return "", false
+		return "", 0, false
 	}
-	return key, true
+	i := strings.LastIndex(key, pieceSeparator)
+	if i < 0 {
+		return key, 0, true
+	}
+	n, err := strconv.Atoi(key[i+1:])
+	if err != nil || n <= 0 || strconv.Itoa(n) != key[i+1:] || i == 0 {
+		return "", 0, false
+	}
+	return key[:i], n, true
+}
+
+// PoolFromFileName returns the file key in a manifest's base name (see ParseFileName).
+func PoolFromFileName(name string) (string, bool) {
+	key, _, ok := ParseFileName(name)
+	return key, ok
+}
+
+// PodName is metadata.name of the static pod of piece: v1alpha1.PlaceholderPodName + "-" +
+// piece (kubelet appends "-" + the node name for the mirror pod). Each piece has a name of
+// its own, so kubelet never holds a new piece back until an older pod of the same name has
+// stopped. Piece 0, the single pod of agents before pieces, is v1alpha1.PlaceholderPodName.
+func PodName(piece int) string {
+	if piece == 0 {
+		return v1alpha1.PlaceholderPodName
+	}
+	return v1alpha1.PlaceholderPodName + "-" + strconv.Itoa(piece)
 }
 
 // File is one manifest as read from disk.
@@ -88,6 +125,8 @@ type File struct {
 	// PoolName and PoolUID are the sandbox-pool.io/pool-name and /pool-uid annotations.
 	PoolName string
 	PoolUID  string
+	// Piece is the piece number in the file name; PodName(Piece) is the pod's name.
+	Piece int
 	// Hash is the sandbox-pool.io/manifest-hash annotation, as found (see Verify).
 	Hash string
 	// Resources are the requests of the placeholder container: what the scheduler and
@@ -95,22 +134,34 @@ type File struct {
 	Resources corev1.ResourceList
 	// Data is the file's content.
 	Data []byte
+	// ModTime is when the file was last written (Read sets it; Parse leaves it zero).
+	ModTime time.Time
 }
 
 // Read reads and parses the manifest at path (see Parse).
 func Read(path string) (File, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return File{}, fmt.Errorf("reading manifest %s: %w", path, err)
+	}
 	data, err := readAtMost(path, maxFileSize+1)
 	if err != nil {
 		return File{}, fmt.Errorf("reading manifest %s: %w", path, err)
 	}
-	return Parse(path, data)
+	f, err := Parse(path, data)
+	if err != nil {
+		return File{}, err
+	}
+	f.ModTime = fi.ModTime()
+	return f, nil
 }
 
 // Parse parses data, the content of the manifest at path. It fails with an error wrapping
 // ErrNotManifest unless data is a v1 Pod with non-empty sandbox-pool.io/pool-name and
 // /pool-uid annotations and a container named ContainerName, and, when path is a
-// manifest's file name, unless that name is the one of the pool in the annotation. Parse
-// does not check the hash; Verify does.
+// manifest's file name, unless that name is the one of the pool in the annotation and the
+// pod's name is PodName of the piece in the file name. Parse does not check the hash; Verify
+// does.
 func Parse(path string, data []byte) (File, error) {
 	pod, err := decode(data)
 	if err != nil {
@@ -132,9 +183,16 @@ func Parse(path string, data []byte) (File, error) {
 			return File{}, fmt.Errorf("parsing manifest %s: %w: no annotation %s", path, ErrNotManifest, key)
 		}
 	}
-	if key, ok := PoolFromFileName(filepath.Base(path)); ok && key != FileKey(f.PoolName) {
-		return File{}, fmt.Errorf("parsing manifest %s: %w: the file name is not the one of pool %q (annotation %s)",
-			path, ErrNotManifest, f.PoolName, v1alpha1.AnnotationPoolName)
+	if key, piece, ok := ParseFileName(filepath.Base(path)); ok {
+		if key != FileKey(f.PoolName) {
+			return File{}, fmt.Errorf("parsing manifest %s: %w: the file name is not the one of pool %q (annotation %s)",
+				path, ErrNotManifest, f.PoolName, v1alpha1.AnnotationPoolName)
+		}
+		if pod.Name != PodName(piece) {
+			return File{}, fmt.Errorf("parsing manifest %s: %w: the pod is named %q, the file is the one of %q",
+				path, ErrNotManifest, pod.Name, PodName(piece))
+		}
+		f.Piece = piece
 	}
 	for i := range pod.Spec.Containers {
 		if c := &pod.Spec.Containers[i]; c.Name == ContainerName {
@@ -204,6 +262,37 @@ func List(dir string) ([]File, []error) {
 		}
 		files = append(files, f)
 	}
+	return files, errs
+}
+
+// Pieces reads the manifests of pool in dir, in piece order: each file whose name has
+// FileKey(pool) and whose annotation names pool. A file that cannot be read or parsed is
+// left out and reported in the errors. A missing dir has no manifests.
+func Pieces(dir, pool string) ([]File, []error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, []error{fmt.Errorf("listing manifests in %s: %w", dir, err)}
+	}
+	var (
+		files []File
+		errs  []error
+	)
+	for _, e := range entries {
+		if key, _, ok := ParseFileName(e.Name()); !ok || key != FileKey(pool) {
+			continue
+		}
+		f, err := Read(filepath.Join(dir, e.Name()))
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case f.PoolName == pool:
+			files = append(files, f)
+		}
+	}
+	slices.SortFunc(files, func(a, b File) int { return a.Piece - b.Piece })
 	return files, errs
 }
 

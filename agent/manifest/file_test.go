@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,32 +17,94 @@ import (
 func TestFileName(t *testing.T) {
 	long := strings.Repeat("p", 253)
 	cases := []struct {
-		pool, file string
+		pool  string
+		piece int
+		file  string
 	}{
-		{"placeholder-node-a", "sandbox-pool-placeholder-node-a.yaml"},
-		{strings.Repeat("p", MaxFileKeyLength), "sandbox-pool-" + strings.Repeat("p", MaxFileKeyLength) + ".yaml"},
-		{long, "sandbox-pool-" + strings.Repeat("p", 191) + "-" + hashOf([]byte(long))[:8] + ".yaml"},
+		{"placeholder-node-a", 1, "sandbox-pool-placeholder-node-a_1.yaml"},
+		{"placeholder-node-a", 0, "sandbox-pool-placeholder-node-a.yaml"},
+		{"placeholder-ip-10-0-0-1.ec2.internal", 42, "sandbox-pool-placeholder-ip-10-0-0-1.ec2.internal_42.yaml"},
+		{strings.Repeat("p", MaxFileKeyLength), MaxPiece, "sandbox-pool-" + strings.Repeat("p", MaxFileKeyLength) + "_999999.yaml"},
+		{long, 3, "sandbox-pool-" + strings.Repeat("p", 191) + "-" + hashOf([]byte(long))[:8] + "_3.yaml"},
 	}
 	for _, tc := range cases {
-		got := FileName(tc.pool)
+		got := FileName(tc.pool, tc.piece)
 		if got != tc.file {
-			t.Errorf("FileName(%d characters) = %q, want %q", len(tc.pool), got, tc.file)
+			t.Errorf("FileName(%d characters, %d) = %q, want %q", len(tc.pool), tc.piece, got, tc.file)
 		}
 		if ok, _ := filepath.Match(FilePattern, got); !ok {
 			t.Errorf("%q does not match %s", got, FilePattern)
 		}
-		key, ok := PoolFromFileName(got)
-		if !ok || key != FileKey(tc.pool) || FileName(key) != got {
-			t.Errorf("PoolFromFileName(%q) = %q, %v; want FileKey %q", got, key, ok, FileKey(tc.pool))
+		key, piece, ok := ParseFileName(got)
+		if !ok || key != FileKey(tc.pool) || piece != tc.piece || FileName(key, piece) != got {
+			t.Errorf("ParseFileName(%q) = %q, %d, %v; want FileKey %q, %d", got, key, piece, ok, FileKey(tc.pool), tc.piece)
 		}
 	}
 	if FileKey(long) == FileKey(long[:252]+"q") {
 		t.Error("two long pool names share a file")
 	}
-	for _, name := range []string{"sandbox-pool-.yaml", "sandbox-pool-a.yml", "other.yaml", ".sandbox-pool-a.yaml.tmp-1", "sandbox-pool-a.yaml~"} {
-		if key, ok := PoolFromFileName(name); ok {
-			t.Errorf("PoolFromFileName(%q) = %q, true; want false", name, key)
+	for _, name := range []string{"sandbox-pool-.yaml", "sandbox-pool-a.yml", "other.yaml", ".sandbox-pool-a.yaml.tmp-1",
+		"sandbox-pool-a.yaml~", "sandbox-pool-_1.yaml", "sandbox-pool-a_0.yaml", "sandbox-pool-a_01.yaml", "sandbox-pool-a_x.yaml",
+		"sandbox-pool-a_-1.yaml"} {
+		if key, piece, ok := ParseFileName(name); ok {
+			t.Errorf("ParseFileName(%q) = %q, %d, true; want false", name, key, piece)
 		}
+	}
+}
+
+// TestParsePiece: a file's piece number and its pod's name must agree, and the single file
+// of agents before pieces (piece 0, pod sandbox-pool) is still read.
+func TestParsePiece(t *testing.T) {
+	s := testSpec()
+	s.Piece = 7
+	data := mustRender(t, s)
+	f, err := Parse(FileName(s.PoolName, 7), data)
+	if err != nil || f.Piece != 7 {
+		t.Fatalf("Parse = %+v, %v; want piece 7", f, err)
+	}
+	if _, err := Parse(FileName(s.PoolName, 8), data); !errors.Is(err, ErrNotManifest) {
+		t.Errorf("Parse of piece 7's pod under piece 8's name = %v, want ErrNotManifest", err)
+	}
+	legacy := bytes.Replace(data, []byte("name: sandbox-pool-7\n"), []byte("name: sandbox-pool\n"), 1)
+	if f, err := Parse(FileName(s.PoolName, 0), legacy); err != nil || f.Piece != 0 {
+		t.Errorf("Parse of the single file of agents before pieces = %+v, %v; want piece 0", f, err)
+	}
+}
+
+// TestPieces: the manifests of one pool, in piece order; other pools' files and unreadable
+// files of other pools are no concern of it.
+func TestPieces(t *testing.T) {
+	dir := t.TempDir()
+	s := testSpec()
+	for _, piece := range []int{12, 3, 7} {
+		s.Piece = piece
+		if err := Write(dir, s.PoolName, piece, mustRender(t, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := testSpec()
+	other.PoolName = "placeholder-node-b"
+	if err := Write(dir, other.PoolName, 1, mustRender(t, other)); err != nil {
+		t.Fatal(err)
+	}
+	writeRaw(t, dir, FileName("placeholder-node-c", 1), []byte("not yaml: ["))
+	files, errs := Pieces(dir, s.PoolName)
+	var got []int
+	for _, f := range files {
+		got = append(got, f.Piece)
+	}
+	if !slices.Equal(got, []int{3, 7, 12}) || len(errs) != 0 {
+		t.Errorf("Pieces = %v, %v; want [3 7 12] and no error", got, errs)
+	}
+	writeRaw(t, dir, FileName(s.PoolName, 20), []byte("not yaml: ["))
+	if _, errs := Pieces(dir, s.PoolName); len(errs) != 1 {
+		t.Errorf("Pieces with a broken file of the pool: errors %v, want one", errs)
+	}
+	if err := RemovePool(dir, s.PoolName); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, dir); !slices.Equal(names, []string{FileName("placeholder-node-b", 1), FileName("placeholder-node-c", 1)}) {
+		t.Errorf("after RemovePool the directory holds %v", names)
 	}
 }
 
@@ -49,10 +112,10 @@ func TestReadRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	s := testSpec()
 	data := mustRender(t, s)
-	if err := Write(dir, s.PoolName, data); err != nil {
+	if err := Write(dir, s.PoolName, 1, data); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, FileName(s.PoolName))
+	path := filepath.Join(dir, FileName(s.PoolName, 1))
 	f, err := Read(path)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +171,7 @@ func TestList(t *testing.T) {
 	a, b := testSpec(), testSpec()
 	b.PoolName, b.PoolUID = "placeholder-node-b", "uid-b"
 	for _, s := range []Spec{b, a} {
-		if err := Write(dir, s.PoolName, mustRender(t, s)); err != nil {
+		if err := Write(dir, s.PoolName, 1, mustRender(t, s)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -35,7 +35,7 @@ func FuzzParse(f *testing.F) {
 		if err := (File{Data: data}).Verify(); err == nil && !bytes.HasPrefix(data, []byte(header)) {
 			t.Fatalf("Verify accepted a file without the header:\n%s", data)
 		}
-		file, err := Parse(FileName("a"), data)
+		file, err := Parse(FileName("a", 1), data)
 		if err != nil {
 			if !errors.Is(err, ErrNotManifest) {
 				t.Fatalf("Parse error %v does not wrap ErrNotManifest", err)

@@ -20,6 +20,7 @@ func testSpec() Spec {
 		PoolUID:   "6c1f3b8e-2d4a-4c5e-9f70-1a2b3c4d5e6f",
 		ClassName: "default",
 		NodeName:  "node-a",
+		Piece:     1,
 		Resources: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("4"),
 			corev1.ResourceMemory: resource.MustParse("16Gi"),

@@ -77,7 +77,7 @@ func TestCleanupOrphans(t *testing.T) {
 			if data == nil {
 				data = manifest
 			}
-			path := writeRaw(t, dir, FileName(name), data)
+			path := writeRaw(t, dir, FileName(name, 1), data)
 			writeRaw(t, dir, "kube-apiserver.yaml", []byte("not ours, not a manifest of a pool"))
 			fake := &fakeLookup{uid: map[string]string{}, err: map[string]error{}}
 			if tc.err != nil {
@@ -137,7 +137,7 @@ func TestCleanupOrphansMany(t *testing.T) {
 	for name, uid := range specs {
 		s := testSpec()
 		s.PoolName, s.PoolUID = name, uid
-		if err := Write(dir, name, mustRender(t, s)); err != nil {
+		if err := Write(dir, name, 1, mustRender(t, s)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,13 +160,13 @@ func TestCleanupOrphansMany(t *testing.T) {
 	}
 	wantRemoved := []string{
 		filepath.Base(temp) + ":" + string(ReasonTemporaryFile),
-		"sandbox-pool-placeholder-b.yaml:" + string(ReasonPoolNotFound),
-		"sandbox-pool-placeholder-c.yaml:" + string(ReasonPoolUIDMismatch),
+		"sandbox-pool-placeholder-b_1.yaml:" + string(ReasonPoolNotFound),
+		"sandbox-pool-placeholder-c_1.yaml:" + string(ReasonPoolUIDMismatch),
 	}
-	if !slices.Equal(removed, wantRemoved) || !slices.Equal(kept, []string{"sandbox-pool-placeholder-a.yaml:" + string(ReasonPoolExists)}) {
+	if !slices.Equal(removed, wantRemoved) || !slices.Equal(kept, []string{"sandbox-pool-placeholder-a_1.yaml:" + string(ReasonPoolExists)}) {
 		t.Errorf("removed %v, kept %v", removed, kept)
 	}
-	if names := dirNames(t, dir); !slices.Equal(names, []string{".hidden", "sandbox-pool-placeholder-a.yaml"}) {
+	if names := dirNames(t, dir); !slices.Equal(names, []string{".hidden", "sandbox-pool-placeholder-a_1.yaml"}) {
 		t.Errorf("directory holds %v", names)
 	}
 }
@@ -187,7 +187,7 @@ func TestCleanupOrphansEdges(t *testing.T) {
 	t.Run("cancelled context", func(t *testing.T) {
 		dir := t.TempDir()
 		s := testSpec()
-		if err := Write(dir, s.PoolName, mustRender(t, s)); err != nil {
+		if err := Write(dir, s.PoolName, 1, mustRender(t, s)); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -203,7 +203,7 @@ func TestCleanupOrphansEdges(t *testing.T) {
 	})
 	t.Run("a directory with a manifest's name", func(t *testing.T) {
 		dir := t.TempDir()
-		sub := filepath.Join(dir, FileName("placeholder-x"))
+		sub := filepath.Join(dir, FileName("placeholder-x", 1))
 		if err := os.MkdirAll(filepath.Join(sub, "child"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -220,10 +220,10 @@ func TestCleanupOrphansEdges(t *testing.T) {
 		// the removal of the orphan fails whoever runs the test.
 		dir := t.TempDir()
 		s := testSpec()
-		if err := Write(dir, s.PoolName, mustRender(t, s)); err != nil {
+		if err := Write(dir, s.PoolName, 1, mustRender(t, s)); err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(dir, FileName(s.PoolName))
+		path := filepath.Join(dir, FileName(s.PoolName, 1))
 		lookup := func(ctx context.Context, name string) (string, error) {
 			if err := os.Remove(path); err != nil {
 				return "", err

@@ -30,8 +30,8 @@ const header = "# Placeholder pod of a SandboxPool, written by placeholder-agent
 // decimal).
 //
 // The pod, in SPEC §2 and §3.5 terms:
-//   - metadata.name v1alpha1.PlaceholderPodName (kubelet appends "-" + the node name for the
-//     mirror pod), metadata.namespace s.Namespace or v1alpha1.DefaultPodNamespace;
+//   - metadata.name PodName(s.Piece) (kubelet appends "-" + the node name for the mirror
+//     pod), metadata.namespace s.Namespace or v1alpha1.DefaultPodNamespace;
 //   - labels sandbox-pool.io/class, /node and /pool-name (values through
 //     naming.LabelValue, so long names stay valid label values) and /skip-cgroup=true;
 //   - annotations: the template's, then, replacing any template key of the same name,
@@ -98,7 +98,7 @@ func (s *Spec) pod() *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      v1alpha1.PlaceholderPodName,
+			Name:      PodName(s.Piece),
 			Namespace: ns,
 			Labels: map[string]string{
 				v1alpha1.LabelClass:      naming.LabelValue(s.ClassName),

@@ -31,9 +31,8 @@ func TestRenderGolden(t *testing.T) {
 		{"placeholder-pod.yaml", testSpec},
 		{"placeholder-pod-netns-minimal.yaml", func() Spec {
 			return Spec{
-				PoolName: "placeholder-node-b", PoolUID: "uid-b", ClassName: "minimal", NodeName: "node-b",
+				PoolName: "placeholder-node-b", PoolUID: "uid-b", ClassName: "minimal", NodeName: "node-b", Piece: 12,
 				Resources: corev1.ResourceList{
-					corev1.ResourceCPU:    resource.MustParse("500m"),
 					corev1.ResourceMemory: resource.MustParse("1Gi"),
 				},
 				Namespace: "sandboxes", Image: "localhost/pause:test", NetnsEnabled: true,
@@ -127,8 +126,8 @@ func TestRenderPod(t *testing.T) {
 	s.Template.Annotations[v1alpha1.AnnotationManifestHash] = "0000"
 	pod := decodePod(t, mustRender(t, s))
 
-	if pod.Name != v1alpha1.PlaceholderPodName || pod.Namespace != v1alpha1.DefaultPodNamespace {
-		t.Errorf("name %s/%s, want %s/%s", pod.Namespace, pod.Name, v1alpha1.DefaultPodNamespace, v1alpha1.PlaceholderPodName)
+	if want := v1alpha1.PlaceholderPodName + "-1"; pod.Name != want || pod.Namespace != v1alpha1.DefaultPodNamespace {
+		t.Errorf("name %s/%s, want %s/%s", pod.Namespace, pod.Name, v1alpha1.DefaultPodNamespace, want)
 	}
 	wantLabels := map[string]string{
 		v1alpha1.LabelClass: "default", v1alpha1.LabelNode: "node-a",
@@ -243,6 +242,7 @@ func TestRenderLongNames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testSpec()
 			s.NodeName, s.PoolName, s.ClassName = tc.node, tc.pool, tc.class
+			s.Piece = MaxPiece // the longest pod name
 			pod := decodePod(t, mustRender(t, s))
 			for k, v := range pod.Labels {
 				if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
@@ -259,7 +259,7 @@ func TestRenderLongNames(t *testing.T) {
 			if errs := validation.IsDNS1123Subdomain(mirror); len(errs) > 0 {
 				t.Errorf("mirror pod name %q: %v", mirror, errs)
 			}
-			if n := len(tempPattern(FileName(tc.pool))) + 10; n > 255 {
+			if n := len(tempPattern(FileName(tc.pool, MaxPiece))) + 10; n > 255 {
 				t.Errorf("temporary file name of %d bytes", n)
 			}
 		})
@@ -346,9 +346,9 @@ func TestValidate(t *testing.T) {
 		{"bad namespace", func(s *Spec) { s.Namespace = "Not_A_Namespace" }, "namespace"},
 		{"no image", func(s *Spec) { s.Image = "" }, "image"},
 		{"image with spaces", func(s *Spec) { s.Image = " pause " }, "image"},
-		{"no cpu", func(s *Spec) { delete(s.Resources, corev1.ResourceCPU) }, "resources[cpu]"},
-		{"no memory", func(s *Spec) { delete(s.Resources, corev1.ResourceMemory) }, "resources[memory]"},
-		{"no resources", func(s *Spec) { s.Resources = nil }, "resources[cpu]"},
+		{"no resources", func(s *Spec) { s.Resources = nil }, "resources: Required"},
+		{"no piece", func(s *Spec) { s.Piece = 0 }, "piece"},
+		{"piece too large", func(s *Spec) { s.Piece = MaxPiece + 1 }, "piece"},
 		{"zero cpu", func(s *Spec) { s.Resources[corev1.ResourceCPU] = resource.MustParse("0") }, "resources[cpu]"},
 		{"negative memory", func(s *Spec) { s.Resources[corev1.ResourceMemory] = resource.MustParse("-1Gi") }, "resources[memory]"},
 		{"negative gpu", func(s *Spec) { s.Resources["example.com/gpu"] = resource.MustParse("-1") }, "resources[example.com/gpu]"},
@@ -381,7 +381,7 @@ func TestValidate(t *testing.T) {
 			t.Fatalf("Validate message changes between calls:\n%s\n%s", got, first)
 		}
 	}
-	for _, f := range []string{"poolName", "poolUID", "className", "nodeName", "image", "resources[cpu]", "resources[memory]"} {
+	for _, f := range []string{"poolName", "poolUID", "className", "piece", "nodeName", "image", "resources"} {
 		if !strings.Contains(first, f) {
 			t.Errorf("error of an empty Spec does not name %s: %s", f, first)
 		}

@@ -25,14 +25,18 @@ type Spec struct {
 	// ClassName is the pool's class, the sandbox-pool.io/class label.
 	ClassName string
 	// NodeName is the node the agent runs on, the sandbox-pool.io/node label. kubelet names
-	// the mirror pod v1alpha1.PlaceholderPodName + "-" + NodeName.
+	// the mirror pod PodName(Piece) + "-" + NodeName.
 	NodeName string
+	// Piece numbers this pod among the pool's placeholder pods (1 to MaxPiece): the pod is
+	// PodName(Piece), its file FileName(PoolName, Piece). The pool's lock is the sum of its
+	// pieces' requests; the agent numbers new pieces above every number on disk.
+	Piece int
 
 	// Resources is what the placeholder container requests, and limits to the same
-	// quantities: the pod is Guaranteed, and extended resources and hugepages, which
-	// kubelet only accepts with limits equal to requests, work too. Must hold cpu and
-	// memory, each greater than zero. This is the pool's effective policy (the override
-	// when it is enabled).
+	// quantities (extended resources and hugepages, which kubelet only accepts with limits
+	// equal to requests, work too): this piece's part of the pool's lock. At least one
+	// resource; each greater than zero. A piece that holds cpu and memory is Guaranteed; a
+	// piece added for a growth of one resource holds only that one.
 	Resources corev1.ResourceList
 	// Template shapes the pod: annotations, tolerations, runtimeClassName, priority and
 	// priorityClassName. agentImage is not used.
@@ -60,10 +64,14 @@ type Spec struct {
 // maxObjectNameLength is the longest name of a Kubernetes object (a DNS subdomain).
 const maxObjectNameLength = validation.DNS1123SubdomainMaxLength
 
+// MaxPiece is the largest piece number. A pool uses a new number for each piece it adds
+// (growths, replacements), so a million lasts: one resize a day for 2,700 years.
+const MaxPiece = 999999
+
 // MaxNodeNameLength is the longest node name a placeholder pod can have: kubelet names
-// the mirror pod v1alpha1.PlaceholderPodName + "-" + the node name, and rejects the whole
-// static pod when that name is longer than 253 characters.
-const MaxNodeNameLength = maxObjectNameLength - len(v1alpha1.PlaceholderPodName) - 1
+// the mirror pod PodName(piece) + "-" + the node name, and rejects the whole static pod
+// when that name is longer than 253 characters; the piece number may have 6 digits.
+const MaxNodeNameLength = maxObjectNameLength - len(v1alpha1.PlaceholderPodName) - 1 - len("999999") - 1
 
 // kubeletConfigAnnotationPrefix starts the annotations kubelet sets on static and mirror
 // pods itself (kubernetes.io/config.hash, .mirror, .seen, .source). A static pod that
@@ -81,11 +89,14 @@ func (s *Spec) Validate() error {
 		errs = append(errs, field.Required(field.NewPath("poolUID"), "the orphan test at agent start needs it"))
 	}
 	errs = append(errs, validateObjectName(field.NewPath("className"), s.ClassName)...)
+	if s.Piece < 1 || s.Piece > MaxPiece {
+		errs = append(errs, field.Invalid(field.NewPath("piece"), s.Piece, fmt.Sprintf("must be between 1 and %d", MaxPiece)))
+	}
 	nodePath := field.NewPath("nodeName")
 	errs = append(errs, validateObjectName(nodePath, s.NodeName)...)
 	if len(s.NodeName) > MaxNodeNameLength {
 		errs = append(errs, field.Invalid(nodePath, s.NodeName, fmt.Sprintf(
-			"must be at most %d characters: kubelet names the mirror pod %s-{nodeName}, at most %d",
+			"must be at most %d characters: kubelet names the mirror pods %s-{piece}-{nodeName}, at most %d",
 			MaxNodeNameLength, v1alpha1.PlaceholderPodName, maxObjectNameLength)))
 	}
 	if s.Namespace != "" {
@@ -122,22 +133,13 @@ func validateObjectName(p *field.Path, name string) field.ErrorList {
 }
 
 func validateResources(p *field.Path, rl corev1.ResourceList) field.ErrorList {
-	var errs field.ErrorList
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		q, ok := rl[name]
-		switch {
-		case !ok:
-			errs = append(errs, field.Required(p.Key(string(name)), "the pool reserves cpu and memory"))
-		case q.Sign() <= 0:
-			errs = append(errs, field.Invalid(p.Key(string(name)), q.String(), "must be greater than zero"))
-		}
+	if len(rl) == 0 {
+		return field.ErrorList{field.Required(p, "a placeholder pod holds at least one resource")}
 	}
+	var errs field.ErrorList
 	for _, name := range sortedResourceNames(rl) {
-		if name == corev1.ResourceCPU || name == corev1.ResourceMemory {
-			continue
-		}
-		if q := rl[name]; q.Sign() < 0 {
-			errs = append(errs, field.Invalid(p.Key(string(name)), q.String(), "must not be negative"))
+		if q := rl[name]; q.Sign() <= 0 {
+			errs = append(errs, field.Invalid(p.Key(string(name)), q.String(), "must be greater than zero"))
 		}
 	}
 	return errs

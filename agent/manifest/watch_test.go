@@ -52,7 +52,7 @@ func startWatch(t *testing.T, dir string, period time.Duration) *watcher {
 func (w *watcher) ready(t *testing.T, dir string) {
 	t.Helper()
 	const marker = "ready"
-	path := filepath.Join(dir, FileName(marker))
+	path := filepath.Join(dir, FileName(marker, 1))
 	stop := time.After(deadline)
 	for {
 		if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
@@ -118,7 +118,7 @@ func TestWatchReportsChanges(t *testing.T) {
 		act    func(t *testing.T, dir, path string)
 	}{
 		{"created", false, func(t *testing.T, dir, path string) {
-			if err := Write(dir, pool, data); err != nil {
+			if err := Write(dir, pool, 1, data); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -151,9 +151,9 @@ func TestWatchReportsChanges(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			path := filepath.Join(dir, FileName(pool))
+			path := filepath.Join(dir, FileName(pool, 1))
 			if tc.exists {
-				if err := Write(dir, pool, data); err != nil {
+				if err := Write(dir, pool, 1, data); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -180,7 +180,7 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	// "zzz" sorts after any key a wrongly reported file could give, and the reports of one
 	// coalesced batch come in key order: whatever comes before it is a wrong report.
 	const last = "zzz"
-	if err := Write(dir, last, []byte("x")); err != nil {
+	if err := Write(dir, last, 1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -201,12 +201,12 @@ func TestWatchCoalesces(t *testing.T) {
 	w.ready(t, dir)
 	const writes = 50
 	for range writes {
-		if err := Write(dir, pool, []byte("x")); err != nil {
+		if err := Write(dir, pool, 1, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	w.expect(t, pool)
-	if err := Write(dir, "zzz", []byte("x")); err != nil {
+	if err := Write(dir, "zzz", 1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	calls := 1
@@ -241,7 +241,7 @@ func TestWatchDirectoryRecreated(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(dir, pool, []byte("x")); err != nil {
+	if err := Write(dir, pool, 1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	w := startWatch(t, dir, time.Hour) // no periodic onPeriod: any call is the resync
@@ -254,7 +254,7 @@ func TestWatchDirectoryRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.expectPeriod(t)
-	if err := Write(dir, "placeholder-new", []byte("x")); err != nil {
+	if err := Write(dir, "placeholder-new", 1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	w.expect(t, "placeholder-new")

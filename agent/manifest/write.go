@@ -12,36 +12,36 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// Write replaces the manifest of pool in dir with data, atomically: data goes to a hidden
+// Write replaces the manifest of piece of pool in dir with data, atomically: data goes to a hidden
 // temporary file in dir, which is synced, given mode 0644 and renamed over the manifest;
 // then dir itself is synced. A reader (kubelet) sees the old file or the new one, never a
 // part of either, and after a crash the file is one or the other. On failure the temporary
 // file is removed. dir must exist: creating it could hide a --manifest-dir that kubelet does
 // not read.
-func Write(dir, pool string, data []byte) error {
-	if err := checkPoolName(pool); err != nil {
+func Write(dir, pool string, piece int, data []byte) error {
+	if err := checkRef(pool, piece); err != nil {
 		return fmt.Errorf("writing manifest of pool %q: %w", pool, err)
 	}
-	path := filepath.Join(dir, FileName(pool))
-	if err := writeAtomic(dir, FileName(pool), data); err != nil {
+	path := filepath.Join(dir, FileName(pool, piece))
+	if err := writeAtomic(dir, FileName(pool, piece), data); err != nil {
 		return fmt.Errorf("writing manifest %s: %w", path, err)
 	}
 	return nil
 }
 
-// Ensure makes the manifest of pool in dir hold exactly want, and reports whether it had
+// Ensure makes the manifest of piece of pool in dir hold exactly want, and reports whether it had
 // to write: when the file is missing, differs from want in any byte, is not a regular file
 // or does not have mode 0644. An identical file is left alone (same inode, same mtime), so
 // kubelet sees no change. This is the agent's self-heal; it also ends the echo of the
 // agent's own writes through Watch.
-func Ensure(dir, pool string, want []byte) (rewritten bool, err error) {
-	if err := checkPoolName(pool); err != nil {
+func Ensure(dir, pool string, piece int, want []byte) (rewritten bool, err error) {
+	if err := checkRef(pool, piece); err != nil {
 		return false, fmt.Errorf("ensuring manifest of pool %q: %w", pool, err)
 	}
-	if same(filepath.Join(dir, FileName(pool)), want) {
+	if same(filepath.Join(dir, FileName(pool, piece)), want) {
 		return false, nil
 	}
-	if err := Write(dir, pool, want); err != nil {
+	if err := Write(dir, pool, piece, want); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -58,23 +58,61 @@ func same(path string, want []byte) bool {
 	return err == nil && bytes.Equal(have, want)
 }
 
-// Remove deletes the manifest of pool from dir; kubelet then stops the pod and deletes its
-// mirror pod. A missing file is not an error.
-func Remove(dir, pool string) error {
-	if err := checkPoolName(pool); err != nil {
-		return fmt.Errorf("removing manifest of pool %q: %w", pool, err)
+// Remove deletes the manifests of the given pieces of pool from dir, in the order given,
+// then syncs dir once; kubelet then stops their pods and deletes their mirror pods. A
+// missing file is not an error.
+func Remove(dir, pool string, pieces ...int) error {
+	removed := false
+	for _, piece := range pieces {
+		if err := checkRef(pool, piece); err != nil {
+			return fmt.Errorf("removing manifest of pool %q: %w", pool, err)
+		}
+		path := filepath.Join(dir, FileName(pool, piece))
+		if err := os.Remove(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("removing manifest %s: %w", path, err)
+		}
+		removed = true
 	}
-	path := filepath.Join(dir, FileName(pool))
-	if err := os.Remove(path); err != nil {
+	if !removed {
+		return nil
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("removing manifests of pool %q: %w", pool, err)
+	}
+	return nil
+}
+
+// RemovePool deletes every manifest of pool from dir (each piece, and the single file of
+// agents before pieces).
+func RemovePool(dir, pool string) error {
+	if err := checkPoolName(pool); err != nil {
+		return fmt.Errorf("removing the manifests of pool %q: %w", pool, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		return fmt.Errorf("removing manifest %s: %w", path, err)
+		return fmt.Errorf("removing the manifests of pool %q: %w", pool, err)
 	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("removing manifest %s: %w", path, err)
+	var pieces []int
+	for _, e := range entries {
+		if key, piece, ok := ParseFileName(e.Name()); ok && key == FileKey(pool) {
+			pieces = append(pieces, piece)
+		}
 	}
-	return nil
+	return Remove(dir, pool, pieces...)
+}
+
+// checkRef refuses a pool name that is not an object name and a negative piece.
+func checkRef(pool string, piece int) error {
+	if piece < 0 {
+		return fmt.Errorf("invalid piece %d", piece)
+	}
+	return checkPoolName(pool)
 }
 
 // checkPoolName refuses a pool name that is not an object name: the name becomes part of a

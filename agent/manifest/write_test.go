@@ -18,12 +18,12 @@ func TestWrite(t *testing.T) {
 	dir := t.TempDir()
 	long := bytes.Repeat([]byte("long content\n"), 1000)
 	short := []byte("short\n")
-	path := filepath.Join(dir, FileName(pool))
+	path := filepath.Join(dir, FileName(pool, 1))
 
 	old := syscall.Umask(0o077) // a strict umask must not make the file unreadable
 	defer syscall.Umask(old)
 	for _, data := range [][]byte{long, short} {
-		if err := Write(dir, pool, data); err != nil {
+		if err := Write(dir, pool, 1, data); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)
@@ -40,7 +40,7 @@ func TestWrite(t *testing.T) {
 		if fi.Mode() != 0o644 {
 			t.Errorf("mode %v, want -rw-r--r--", fi.Mode())
 		}
-		if names := dirNames(t, dir); !slices.Equal(names, []string{FileName(pool)}) {
+		if names := dirNames(t, dir); !slices.Equal(names, []string{FileName(pool, 1)}) {
 			t.Errorf("directory holds %v, want only the manifest (no temporary file left)", names)
 		}
 	}
@@ -50,15 +50,15 @@ func TestWrite(t *testing.T) {
 // directory): Write reports it with the path, and leaves no temporary file.
 func TestWriteFailure(t *testing.T) {
 	dir := t.TempDir()
-	blocker := filepath.Join(dir, FileName(pool))
+	blocker := filepath.Join(dir, FileName(pool, 1))
 	if err := os.MkdirAll(filepath.Join(blocker, "child"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := Write(dir, pool, []byte("data"))
+	err := Write(dir, pool, 1, []byte("data"))
 	if err == nil || !strings.Contains(err.Error(), blocker) {
 		t.Fatalf("Write = %v, want an error naming %s", err, blocker)
 	}
-	if names := dirNames(t, dir); !slices.Equal(names, []string{FileName(pool)}) {
+	if names := dirNames(t, dir); !slices.Equal(names, []string{FileName(pool, 1)}) {
 		t.Errorf("directory holds %v after a failed write", names)
 	}
 	if _, err := os.Stat(filepath.Join(blocker, "child")); err != nil {
@@ -66,7 +66,7 @@ func TestWriteFailure(t *testing.T) {
 	}
 
 	missing := filepath.Join(dir, "missing")
-	if err := Write(missing, pool, []byte("data")); err == nil || !strings.Contains(err.Error(), missing) {
+	if err := Write(missing, pool, 1, []byte("data")); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Write into a missing dir = %v", err)
 	}
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
@@ -82,13 +82,13 @@ func TestWriteRejectsBadPoolNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"", "../escape", "a/b", "UPPER", ".hidden", "a..b"} {
-		if err := Write(dir, name, []byte("x")); err == nil {
+		if err := Write(dir, name, 1, []byte("x")); err == nil {
 			t.Errorf("Write(%q) succeeded", name)
 		}
-		if _, err := Ensure(dir, name, []byte("x")); err == nil {
+		if _, err := Ensure(dir, name, 1, []byte("x")); err == nil {
 			t.Errorf("Ensure(%q) succeeded", name)
 		}
-		if err := Remove(dir, name); err == nil {
+		if err := Remove(dir, name, 1); err == nil {
 			t.Errorf("Remove(%q) succeeded", name)
 		}
 	}
@@ -106,10 +106,10 @@ func TestWriteAtomic(t *testing.T) {
 	dir := t.TempDir()
 	a := bytes.Repeat([]byte("a"), 64<<10)
 	b := bytes.Repeat([]byte("b"), 32<<10)
-	if err := Write(dir, pool, a); err != nil {
+	if err := Write(dir, pool, 1, a); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, FileName(pool))
+	path := filepath.Join(dir, FileName(pool, 1))
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -135,7 +135,7 @@ func TestWriteAtomic(t *testing.T) {
 		if i%2 == 0 {
 			data = b
 		}
-		if err := Write(dir, pool, data); err != nil {
+		if err := Write(dir, pool, 1, data); err != nil {
 			t.Error(err)
 			break
 		}
@@ -202,7 +202,7 @@ func TestEnsure(t *testing.T) {
 		}, true},
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, FileName(pool))
+	path := filepath.Join(dir, FileName(pool, 1))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.prepare(t, path)
@@ -215,7 +215,7 @@ func TestEnsure(t *testing.T) {
 				}
 				before = stat(t, path)
 			}
-			rewritten, err := Ensure(dir, pool, data)
+			rewritten, err := Ensure(dir, pool, 1, data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,19 +238,19 @@ func TestEnsure(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	dir := t.TempDir()
-	if err := Write(dir, pool, []byte("x")); err != nil {
+	if err := Write(dir, pool, 1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	writeRaw(t, dir, "sandbox-pool-placeholder-node-b.yaml", []byte("y"))
 	for range 2 { // idempotent
-		if err := Remove(dir, pool); err != nil {
+		if err := Remove(dir, pool, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if names := dirNames(t, dir); !slices.Equal(names, []string{"sandbox-pool-placeholder-node-b.yaml"}) {
 		t.Errorf("directory holds %v, want only the other pool's manifest", names)
 	}
-	if err := Remove(filepath.Join(dir, "missing"), pool); err != nil {
+	if err := Remove(filepath.Join(dir, "missing"), pool, 1); err != nil {
 		t.Errorf("Remove in a missing dir: %v", err)
 	}
 }

@@ -13,7 +13,8 @@
 //  6. pod not ready, was Ready                                  → Unready
 //  7. NodeCtlHealthy=False for less than NodeCtlUnreadyAfter    → Degraded
 //  8. NodeCtlHealthy=False for NodeCtlUnreadyAfter or longer    → Unready
-//  9. ResourceSynced=False and not ResizeDeferred=True          → Degraded
+//  9. ResourceSynced=False, neither ResizeInProgress=True nor
+//     ResizeDeferred=True                                       → Degraded
 //  10. otherwise                                                → Ready
 //
 // "Pod ready" means PlaceholderPodReady=True.
@@ -27,8 +28,11 @@
 // Every other condition demotes only on its explicit bad status: NodeNotFound only when True,
 // PlaceholderAgentHealthy, NodeCtlHealthy and ResourceSynced only when False. Missing or
 // Unknown means "no information yet" and does not by itself demote the pool (for example,
-// no lease observed yet is not an expired lease). ResizeDeferred excuses ResourceSynced=False
-// only when True. ResizeInProgress does not take part in the phase.
+// no lease observed yet is not an expired lease). ResizeInProgress and ResizeDeferred excuse
+// ResourceSynced=False only when True: the agent sets ResizeInProgress=True while a resize
+// moves without a fault (the pool's old lock holds meanwhile, so the pool stays Ready), and
+// ResizeDeferred=True while one waits (for room, for kubelet, for usage to fall); a fault
+// (node-ctl refusing the config, for one) sets neither, and the pool is Degraded.
 //
 // # How long node-ctl has been down
 //
@@ -74,8 +78,8 @@ const (
 	// ReasonNodeCtlDownTooLong: node-ctl has been down for NodeCtlUnreadyAfter or longer
 	// (rule 8).
 	ReasonNodeCtlDownTooLong Reason = "NodeCtlDownTooLong"
-	// ReasonResourceNotSynced: node-ctl does not run the pool's resources and no deferred
-	// downscale explains it (rule 9).
+	// ReasonResourceNotSynced: node-ctl or the placeholder pods do not run the pool's
+	// resources, and no resize in progress or deferred explains it (rule 9).
 	ReasonResourceNotSynced Reason = "ResourceNotSynced"
 	// ReasonAllHealthy: nothing is wrong (rule 10).
 	ReasonAllHealthy Reason = "AllHealthy"
@@ -189,6 +193,7 @@ func match(in Input) (rule int, requeueAfter time.Duration) {
 	}
 
 	if meta.IsStatusConditionFalse(conds, v1alpha1.ConditionResourceSynced) &&
+		!meta.IsStatusConditionTrue(conds, v1alpha1.ConditionResizeInProgress) &&
 		!meta.IsStatusConditionTrue(conds, v1alpha1.ConditionResizeDeferred) {
 		return RuleResourceNotSynced, 0
 	}

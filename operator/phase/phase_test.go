@@ -202,6 +202,12 @@ func TestCompute(t *testing.T) {
 		{"rule 10 ResizeInProgress=True alone keeps Ready",
 			Input{Conditions: healthy(resizeInProg(T))},
 			want{ready, 10, ReasonAllHealthy, 0, true}},
+		{"rule 10 not rule 9: ResourceSynced=False during a resize in progress keeps Ready",
+			Input{Conditions: healthy(resourceSynced(F), resizeInProg(T))},
+			want{ready, 10, ReasonAllHealthy, 0, true}},
+		{"rule 9 ResourceSynced=False with ResizeInProgress=False (a fault) is Degraded",
+			Input{Conditions: healthy(resourceSynced(F), resizeInProg(F))},
+			want{degraded, 9, ReasonResourceNotSynced, 0, false}},
 
 		// Priority clashes: the earlier row wins.
 		{"rule 1 beats rule 4: NodeNotFound=True and agent unhealthy",

@@ -206,7 +206,7 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	if err := s.expect(c, task.Status_CREATED, "start"); err != nil {
 		return nil, err
 	}
-	if err := s.agent.Start(ctx, &v1.StartRequest{Identity: c.identity}); err != nil {
+	if err := s.agent.Start(ctx, &v1.StartRequest{Identity: c.identity, ShimPid: uint32(os.Getpid())}); err != nil {
 		log.G(ctx).WithError(err).WithField("id", r.ID).Error("placeholder agent did not accept the start")
 		return nil, errgrpc.ToGRPC(err)
 	}

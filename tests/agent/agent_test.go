@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -44,8 +43,8 @@ func describe(p *v1alpha1.SandboxPool) string {
 	return b.String()
 }
 
-// synced waits for the pool to run mem everywhere: node-ctl applied it, the mirror pod
-// requests it, ResourceSynced=True.
+// synced waits for the pool to run mem everywhere: node-ctl applied it, its manifests and
+// its mirror pods request it in all, ResourceSynced=True, PlaceholderPodReady=True.
 func synced(t *testing.T, n *testNode, pool, mem string) {
 	t.Helper()
 	want := resource.MustParse(mem)
@@ -55,24 +54,23 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 		if err != nil {
 			return false, err.Error()
 		}
-		pod := mirrorPodOf(n)
-		var podMem resource.Quantity
-		if pod != nil {
-			podMem = *pod.Spec.Containers[0].Resources.Requests.Memory()
-		}
+		onDisk, mirrors := diskLock(n, pool), mirrorLock(n)
 		applied, perr := resource.ParseQuantity(st.AppliedResources["memory"])
 		if perr != nil {
 			return false, "node-ctl has applied nothing; " + describe(p)
 		}
-		return condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) && applied.Cmp(want) == 0 && podMem.Cmp(want) == 0 &&
+		return condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) && applied.Cmp(want) == 0 &&
+				onDisk.Memory().Cmp(want) == 0 && mirrors.Memory().Cmp(want) == 0 &&
 				condIs(p, v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue) &&
 				p.Status.PlaceholderPod != nil && p.Status.PlaceholderPod.Phase == string(corev1.PodRunning),
-			fmt.Sprintf("node-ctl %s, pod %s; %s", st.AppliedResources["memory"], podMem.String(), describe(p))
+			fmt.Sprintf("node-ctl %s, manifests %s, mirror pods %s; %s", st.AppliedResources["memory"], memOf(onDisk), memOf(mirrors), describe(p))
 	})
 }
 
-// invariantMonitor checks, every 5 ms until stopped, that the scheduler-visible requests of
-// the placeholder pod are never below what node-ctl has applied (SPEC §3.5).
+// invariantMonitor checks, every 5 ms until stopped, that the pool's lock is never below
+// what node-ctl has applied: the sum of its manifests' requests (what the kubelet stand-in
+// runs) and of its mirror pods' requests (what the scheduler counts). A missing pod counts
+// as nothing.
 type invariantMonitor struct {
 	stop    chan struct{}
 	done    chan struct{}
@@ -81,7 +79,7 @@ type invariantMonitor struct {
 	bad     []string
 }
 
-func watchInvariant(t *testing.T, n *testNode) *invariantMonitor {
+func watchInvariant(t *testing.T, n *testNode, pool string) *invariantMonitor {
 	m := &invariantMonitor{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -91,18 +89,25 @@ func watchInvariant(t *testing.T, n *testNode) *invariantMonitor {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			st, err := n.nc.Client.State(context.Background())
-			pod := mirrorPodOf(n)
-			if err != nil || pod == nil || !st.Applied() {
+			// The locks are read between two reads of node-ctl: a lock below both is below
+			// what node-ctl applied when it was read, whichever read that was.
+			before, err := n.nc.Client.State(context.Background())
+			onDisk, mirrors := diskLock(n, pool), mirrorLock(n)
+			after, err2 := n.nc.Client.State(context.Background())
+			if err != nil || err2 != nil || !before.Applied() || !after.Applied() {
 				continue
 			}
-			req := pod.Spec.Containers[0].Resources.Requests
 			m.mu.Lock()
 			m.samples++
 			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-				a := resource.MustParse(st.AppliedResources[string(r)])
-				if q := req[r]; q.Cmp(a) < 0 {
-					m.bad = append(m.bad, fmt.Sprintf("%s: pod requests %s < node-ctl applied %s", r, q.String(), a.String()))
+				a, b := resource.MustParse(before.AppliedResources[string(r)]), resource.MustParse(after.AppliedResources[string(r)])
+				if b.Cmp(a) < 0 {
+					a = b
+				}
+				for what, lock := range map[string]corev1.ResourceList{"manifests": onDisk, "mirror pods": mirrors} {
+					if q := lock[r]; q.Cmp(a) < 0 {
+						m.bad = append(m.bad, fmt.Sprintf("%s: %s request %s < node-ctl applied %s", r, what, q.String(), a.String()))
+					}
 				}
 			}
 			m.mu.Unlock()
@@ -121,7 +126,7 @@ func (m *invariantMonitor) check(t *testing.T, step string) {
 	if len(m.bad) > 0 {
 		t.Fatalf("%s: invariant broken in %d of %d samples, e.g. %s", step, len(m.bad), m.samples, m.bad[0])
 	}
-	t.Logf("%s: requests >= applied in all %d samples", step, m.samples)
+	t.Logf("%s: locks >= applied in all %d samples", step, m.samples)
 }
 
 func setMemory(t *testing.T, pool, mem string) {
@@ -157,15 +162,18 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, pool); _ = admin.Delete(ctx, other) })
-	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
 
-	// The manifest, with the pool's identity and request; nothing for the other node.
+	// The manifest, with the pool's identity and request; nothing for the other node. From
+	// the first placeholder pod on, node-ctl never runs more than the pods request.
+	m := watchInvariant(t, n, pool.Name)
 	synced(t, n, pool.Name, "64Mi")
+	m.check(t, "the pool's first lock")
 	pool = getPool(t, pool.Name)
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
+	files := pieceFiles(n, pool.Name)
+	if len(files) != 1 || files[0].Piece != 1 {
+		t.Fatalf("manifests %v, want one, piece 1", files)
 	}
+	file, data := files[0].Path, files[0].Data
 	var pod corev1.Pod
 	if err := yaml.Unmarshal(data, &pod); err != nil {
 		t.Fatal(err)
@@ -184,11 +192,8 @@ func TestAgentLifecycle(t *testing.T) {
 		pod.Spec.PriorityClassName != "sandbox-high" || pod.Spec.Containers[0].Image != "registry.test/pause:1" {
 		t.Errorf("pod spec %+v", pod.Spec)
 	}
-	if f, err := manifest.Read(file); err != nil || f.Verify() != nil {
-		t.Errorf("manifest hash does not verify: %v", err)
-	}
-	if at := kubelet.AppliedAtCreate(); len(at) == 0 || !at[0] {
-		t.Errorf("the first shim Create returned before node-ctl ran the pool: %v", at)
+	if files[0].Verify() != nil {
+		t.Errorf("manifest hash does not verify: %v", files[0].Verify())
 	}
 	if entries, _ := os.ReadDir(n.manifestDir); len(entries) != 1 {
 		t.Errorf("manifest dir has %d files, want only this node's pool", len(entries))
@@ -199,7 +204,7 @@ func TestAgentLifecycle(t *testing.T) {
 	if p.Status.PoolInfo == nil || p.Status.PoolInfo.Zone != "z1" || ptr.Deref(p.Status.PoolInfo.AllocatableMemoryBytes, 0) != 64<<20 ||
 		p.Status.NodeCtl == nil || !ptr.Deref(p.Status.NodeCtl.Connected, false) || ptr.Deref(p.Status.LastAppliedGeneration, 0) != p.Generation ||
 		p.Status.PlaceholderAgent == nil || p.Status.PlaceholderAgent.Version != "test" || p.Status.PlaceholderPod == nil ||
-		p.Status.PlaceholderPod.Name != "sandbox-pool-"+n.name {
+		p.Status.PlaceholderPod.Name != "sandbox-pool-1-"+n.name {
 		t.Errorf("status: %+v", p.Status)
 	}
 	if p.Status.Resize != nil {
@@ -223,31 +228,37 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Errorf("the pool was written at rest: %s → %s; %s", rv, now.ResourceVersion, describe(now))
 	}
 
-	// Self-heal: deleted → restored; edited → restored; both byte for byte.
+	// Self-heal: a deleted manifest's part of the lock is restored by a new placeholder pod;
+	// an edited one is replaced by a new pod of the agent's. (Taking a manifest away drops the
+	// lock until the agent restores it: no invariant to watch here.)
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted manifest restored", 5*time.Second, func() (bool, string) {
-		got, err := os.ReadFile(file)
-		return err == nil && bytes.Equal(got, data), fmt.Sprint(err)
+	eventually(t, "deleted manifest's lock restored", 10*time.Second, func() (bool, string) {
+		files := pieceFiles(n, pool.Name)
+		return len(files) == 1 && files[0].Path != file && memOf(files[0].Resources) == "64Mi" && memOf(mirrorLock(n)) == "64Mi",
+			fmt.Sprintf("%d manifests, mirror pods %s", len(files), memOf(mirrorLock(n)))
 	})
-	if err := os.WriteFile(file, append(bytes.Clone(data), []byte("# edited\n")...), 0o644); err != nil {
+	synced(t, n, pool.Name, "64Mi")
+	edited := pieceFiles(n, pool.Name)[0]
+	if err := os.WriteFile(edited.Path, append(bytes.Clone(edited.Data), []byte("# edited\n")...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "edited manifest restored", 5*time.Second, func() (bool, string) {
-		got, err := os.ReadFile(file)
-		return err == nil && bytes.Equal(got, data), fmt.Sprint(err)
+	eventually(t, "edited manifest replaced", 10*time.Second, func() (bool, string) {
+		files := pieceFiles(n, pool.Name)
+		return len(files) == 1 && files[0].Path != edited.Path && files[0].Verify() == nil, fmt.Sprintf("%d manifests", len(files))
 	})
+	synced(t, n, pool.Name, "64Mi")
 
 	// Resize up, then a safe downscale, the invariant watched throughout.
-	m := watchInvariant(t, n)
+	m = watchInvariant(t, n, pool.Name)
 	setMemory(t, pool.Name, "128Mi")
 	synced(t, n, pool.Name, "128Mi")
 	m.check(t, "scale up 64Mi → 128Mi")
 	if r := getPool(t, pool.Name).Status.Resize; r == nil || r.Status != v1alpha1.ResizeCompleted || r.RequestedMemory.String() != "128Mi" {
 		t.Errorf("resize status after scale-up: %+v", r)
 	}
-	m = watchInvariant(t, n)
+	m = watchInvariant(t, n, pool.Name)
 	setMemory(t, pool.Name, "96Mi")
 	synced(t, n, pool.Name, "96Mi")
 	m.check(t, "safe scale down 128Mi → 96Mi")
@@ -263,7 +274,7 @@ func TestAgentLifecycle(t *testing.T) {
 		st, err := n.nc.Client.State(ctx)
 		return err == nil && st.AllocatedMemoryBytes > 60<<20, fmt.Sprint(err)
 	})
-	m = watchInvariant(t, n)
+	m = watchInvariant(t, n, pool.Name)
 	setMemory(t, pool.Name, "64Mi")
 	eventually(t, "downscale deferred", 10*time.Second, func() (bool, string) {
 		p := getPool(t, pool.Name)
@@ -272,8 +283,8 @@ func TestAgentLifecycle(t *testing.T) {
 			condIs(p, v1alpha1.ConditionResizeDeferred, metav1.ConditionTrue) &&
 			condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionFalse), describe(p)
 	})
-	if pod := mirrorPodOf(n); pod == nil || pod.Spec.Containers[0].Resources.Requests.Memory().String() != "96Mi" {
-		t.Errorf("the deferred downscale changed the pod: %v", pod)
+	if onDisk, mirrors := diskLock(n, pool.Name), mirrorLock(n); memOf(onDisk) != "96Mi" || memOf(mirrors) != "96Mi" {
+		t.Errorf("the deferred downscale changed the lock: manifests %s, mirror pods %s", memOf(onDisk), memOf(mirrors))
 	}
 	eventually(t, "a Warning event once deferred longer than 2 s", 10*time.Second, func() (bool, string) {
 		var evs eventsv1.EventList
@@ -303,10 +314,14 @@ func TestAgentLifecycle(t *testing.T) {
 	})
 	synced(t, n, pool.Name, "64Mi")
 
-	// Agent restart with an unchanged pool: the same bytes, the file not even rewritten, so
-	// kubelet has nothing to rebuild.
-	data, _ = os.ReadFile(file)
-	before, _ := os.Stat(file)
+	// Agent restart with an unchanged pool: the same files, not even rewritten, so kubelet
+	// has nothing to rebuild.
+	before := diskState(n, pool.Name)
+	stats := map[string]time.Time{}
+	for path := range before {
+		fi, _ := os.Stat(path)
+		stats[path] = fi.ModTime()
+	}
 	creates := kubelet.Creates()
 	n.stopAgent()
 	n.startAgent()
@@ -316,11 +331,14 @@ func TestAgentLifecycle(t *testing.T) {
 		return l.Spec.RenewTime.After(time.Now().Add(-500 * time.Millisecond)), l.Spec.RenewTime.String()
 	})
 	time.Sleep(2 * time.Second) // let the restarted agent's passes and a verify period run
-	after, _ := os.Stat(file)
-	got, _ := os.ReadFile(file)
-	if !bytes.Equal(got, data) || !after.ModTime().Equal(before.ModTime()) || kubelet.Creates() != creates {
-		t.Errorf("agent restart touched the manifest or rebuilt the pod: same bytes %v, mtime %s → %s, creates %d → %d",
-			bytes.Equal(got, data), before.ModTime(), after.ModTime(), creates, kubelet.Creates())
+	touched := !maps.Equal(before, diskState(n, pool.Name))
+	for path, mtime := range stats {
+		if fi, err := os.Stat(path); err != nil || !fi.ModTime().Equal(mtime) {
+			touched = true
+		}
+	}
+	if touched || kubelet.Creates() != creates {
+		t.Errorf("agent restart touched the manifests or rebuilt a pod: touched %v, creates %d → %d", touched, creates, kubelet.Creates())
 	}
 	if _, err := os.Stat(n.stopMarker); err == nil {
 		t.Errorf("node-ctl was stopped although the pool exists (resizes rebuilt the pod %d times)", kubelet.Creates())
@@ -331,10 +349,9 @@ func TestAgentLifecycle(t *testing.T) {
 	if err := admin.Delete(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "manifest removed, pod gone, node-ctl stopped", 10*time.Second, func() (bool, string) {
-		_, ferr := os.Stat(file)
+	eventually(t, "manifests removed, pods gone, node-ctl stopped", 10*time.Second, func() (bool, string) {
 		marker, _ := os.ReadFile(n.stopMarker)
-		return os.IsNotExist(ferr) && mirrorPodOf(n) == nil && strings.TrimSpace(string(marker)) == strconv.Itoa(pid),
-			fmt.Sprintf("file: %v, marker %q", ferr, marker)
+		return len(pieceFiles(n, pool.Name)) == 0 && len(mirrorPods(n)) == 0 && strings.TrimSpace(string(marker)) == strconv.Itoa(pid),
+			fmt.Sprintf("%d manifests, %d mirror pods, marker %q", len(pieceFiles(n, pool.Name)), len(mirrorPods(n)), marker)
 	})
 }

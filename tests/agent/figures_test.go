@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,13 +41,13 @@ func TestAgentFigures(t *testing.T) {
 		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0", "--lease-kubeconfig", o.LeaseKubeconfig)
 	startKubelet(n)
 	pool := syncedPool(t, n)
-	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
 
 	const runs = 50
-	waitFile := func(what string, ok func([]byte) bool) time.Duration {
+	// waitFor polls the pool's manifests until ok holds of one of them.
+	waitFor := func(what string, ok func(f manifest.File) bool) time.Duration {
 		began := time.Now()
 		for deadline := began.Add(30 * time.Second); ; {
-			if data, err := os.ReadFile(file); err == nil && ok(data) {
+			if slices.ContainsFunc(pieceFiles(n, pool.Name), ok) {
 				return time.Since(began)
 			}
 			if time.Now().After(deadline) {
@@ -68,14 +68,20 @@ func TestAgentFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFile("spec change → manifest", func(b []byte) bool { return strings.Contains(string(b), value) })
+		waitFor("spec change → manifest", func(f manifest.File) bool { return strings.Contains(string(f.Data), value) })
 		specToFile = append(specToFile, time.Since(began))
+		synced(t, n, pool.Name, "64Mi")
 	}
 	for range runs {
-		if err := os.Remove(file); err != nil {
+		files := pieceFiles(n, pool.Name)
+		if len(files) != 1 {
+			t.Fatalf("%d manifests, want 1", len(files))
+		}
+		if err := os.Remove(files[0].Path); err != nil {
 			t.Fatal(err)
 		}
-		restore = append(restore, waitFile("deleted manifest restored", func([]byte) bool { return true }))
+		restore = append(restore, waitFor("deleted manifest's lock restored", func(f manifest.File) bool { return f.Path != files[0].Path }))
+		synced(t, n, pool.Name, "64Mi")
 	}
 	synced(t, n, pool.Name, "64Mi")
 	before, err := framework.ProcUsage(proc.Pid())

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -34,9 +33,6 @@ type kubeletStandIn struct {
 	running map[string]running // by manifest file
 	creates int
 	logged  map[string]bool
-	// appliedAtCreate says, per successful shim Create, whether node-ctl ran the pool when
-	// Create returned.
-	appliedAtCreate []bool
 
 	// seen and seenAt: the newest hash of each changed manifest and when it was first seen
 	// (used by the sync goroutine only).
@@ -128,9 +124,12 @@ func (k *kubeletStandIn) sync(ctx context.Context) {
 	}
 }
 
-func (k *kubeletStandIn) identity(pod *corev1.Pod, uid types.UID) *v1.Identity {
-	return &v1.Identity{Namespace: "k8s.io", ContainerId: string(uid), SandboxId: string(uid), Sandbox: true,
-		PodName: pod.Name, PodNamespace: pod.Namespace, PodUid: string(uid),
+// identity is what the shim knows of a pod: kubelet's UID of the static pod (the mirror
+// pod's kubernetes.io/config.mirror annotation), its name and namespace, and the pool.
+func (k *kubeletStandIn) identity(pod *corev1.Pod) *v1.Identity {
+	uid := pod.Annotations[mirrorAnnotation]
+	return &v1.Identity{Namespace: "k8s.io", ContainerId: uid, SandboxId: uid, Sandbox: true,
+		PodName: pod.Name, PodNamespace: pod.Namespace, PodUid: uid,
 		PoolName: pod.Annotations[v1alpha1.AnnotationPoolName], PoolUid: pod.Annotations[v1alpha1.AnnotationPoolUID]}
 }
 
@@ -142,7 +141,8 @@ func (k *kubeletStandIn) run(ctx context.Context, file, hash string, manifest *c
 	if mirror.Annotations == nil {
 		mirror.Annotations = map[string]string{}
 	}
-	mirror.Annotations[mirrorAnnotation] = hash
+	// kubelet's UID of a static pod hashes its content and file (here: the content's hash).
+	mirror.Annotations[mirrorAnnotation] = "static-" + hash[:16]
 	var existing corev1.Pod
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(mirror), &existing); err == nil {
 		_ = admin.Delete(ctx, &existing, client.GracePeriodSeconds(0))
@@ -159,7 +159,7 @@ func (k *kubeletStandIn) run(ctx context.Context, file, hash string, manifest *c
 		return
 	}
 	defer c.Close()
-	id := k.identity(mirror, mirror.UID)
+	id := k.identity(mirror)
 	k.mu.Lock()
 	k.creates++
 	k.mu.Unlock()
@@ -168,13 +168,7 @@ func (k *kubeletStandIn) run(ctx context.Context, file, hash string, manifest *c
 		_ = admin.Delete(ctx, mirror, client.GracePeriodSeconds(0))
 		return
 	}
-	// What node-ctl runs the moment Create returned: the agent aligns it before answering.
-	if st, err := k.n.nc.Client.State(ctx); err == nil {
-		k.mu.Lock()
-		k.appliedAtCreate = append(k.appliedAtCreate, st.Pool.UID == mirror.Annotations[v1alpha1.AnnotationPoolUID] && st.Applied())
-		k.mu.Unlock()
-	}
-	if _, err := c.Start(ctx, &v1.StartRequest{Identity: id}); err != nil {
+	if _, err := c.Start(ctx, &v1.StartRequest{Identity: id, ShimPid: uint32(os.Getpid())}); err != nil {
 		k.logf("shim Start: %v", err)
 		return
 	}
@@ -196,7 +190,7 @@ func (k *kubeletStandIn) kill(ctx context.Context, r running) {
 			continue
 		}
 		if c, err := shimapi.Dial(ctx, k.n.shimAddr); err == nil {
-			_, _ = c.Shutdown(ctx, &v1.ShutdownRequest{Identity: k.identity(p, p.UID)})
+			_, _ = c.Shutdown(ctx, &v1.ShutdownRequest{Identity: k.identity(p)})
 			_ = c.Close()
 		}
 		_ = admin.Delete(ctx, p, client.GracePeriodSeconds(0))
@@ -217,31 +211,9 @@ func (k *kubeletStandIn) logf(format string, args ...any) {
 	}
 }
 
-// AppliedAtCreate is, for each successful shim Create, whether node-ctl ran the pool when
-// the agent answered it.
-func (k *kubeletStandIn) AppliedAtCreate() []bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Clone(k.appliedAtCreate)
-}
-
 // Creates is how many pods the stand-in has created (each a pod build or rebuild).
 func (k *kubeletStandIn) Creates() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.creates
-}
-
-// mirrorPod returns the node's placeholder mirror pod, nil if none.
-func mirrorPodOf(n *testNode) *corev1.Pod {
-	var pods corev1.PodList
-	if err := admin.List(context.Background(), &pods, client.InNamespace(v1alpha1.DefaultPodNamespace)); err != nil {
-		return nil
-	}
-	for i := range pods.Items {
-		if pods.Items[i].Spec.NodeName == n.name && pods.Items[i].DeletionTimestamp == nil {
-			return &pods.Items[i]
-		}
-	}
-	return nil
 }

@@ -100,6 +100,12 @@ func newNode(t *testing.T, name string) *testNode {
 		t.Fatal(err)
 	}
 	n.nc = nodectltest.Start(t, nodectltest.Options{Zone: "z1"})
+	if err := registerNode(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
 	if n.cfg, err = cp.AddUser(nodeUser(name), "system:nodes", "system:authenticated"); err != nil {
 		t.Fatal(err)
 	}

@@ -23,16 +23,16 @@ import (
 // writeManifest puts a manifest of a pool (name, UID) into dir, as an earlier agent would.
 func writeManifest(t *testing.T, dir, pool, uid string) string {
 	t.Helper()
-	data, err := manifest.Render(manifest.Spec{PoolName: pool, PoolUID: uid, ClassName: "c1", NodeName: "orphan-node",
+	data, err := manifest.Render(manifest.Spec{PoolName: pool, PoolUID: uid, ClassName: "c1", NodeName: "orphan-node", Piece: 1,
 		Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 		Template:  v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"}, Image: "pause"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := manifest.Write(dir, pool, data); err != nil {
+	if err := manifest.Write(dir, pool, 1, data); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, manifest.FileName(pool))
+	return filepath.Join(dir, manifest.FileName(pool, 1))
 }
 
 // TestOrphanCleanupAtStart: at start the agent removes the manifests of pools that are gone

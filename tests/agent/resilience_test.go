@@ -1,14 +1,11 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
+	"maps"
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,11 +63,7 @@ func TestAPIServerOutage(t *testing.T) {
 	n.startAgent()
 	startKubelet(n)
 	pool := syncedPool(t, n)
-	file := filepath.Join(n.manifestDir, manifest.FileName(pool.Name))
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := diskState(n, pool.Name)
 
 	restart, err := cp.KillAPIServer()
 	if err != nil {
@@ -78,11 +71,10 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	stopped := time.Now()
 	n.nc.Kill() // something for the status to catch up with
-	// 30 s without the API server: the manifest stays, byte for byte, and so does the agent.
+	// 30 s without the API server: the manifests stay, byte for byte, and so does the agent.
 	for time.Since(stopped) < 30*time.Second {
-		got, err := os.ReadFile(file)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("the manifest changed or went during the outage: %v", err)
+		if got := diskState(n, pool.Name); !maps.Equal(got, data) {
+			t.Fatalf("the manifests changed or went during the outage: %d files, was %d", len(got), len(data))
 		}
 		select {
 		case err := <-n.done:
@@ -105,19 +97,16 @@ func TestAPIServerOutage(t *testing.T) {
 	t.Logf("status caught up %s after the API server came back", time.Since(restarted).Round(time.Millisecond))
 	n.nc.Start()
 	synced(t, n, pool.Name, "64Mi")
-	if got, _ := os.ReadFile(file); !bytes.Equal(got, data) {
-		t.Errorf("the manifest changed across the outage")
+	if got := diskState(n, pool.Name); !maps.Equal(got, data) {
+		t.Errorf("the manifests changed across the outage")
 	}
 	// The agent's watches come back on their own (client-go's reflectors back off to at most
 	// 30 s while the API server is gone): a spec change reaches the manifest and node-ctl.
 	setMemory(t, pool.Name, "96Mi")
 	changed := time.Now()
-	eventually(t, "the spec change after the outage reaches the manifest", 90*time.Second, func() (bool, string) {
-		f, err := manifest.Read(file)
-		if err != nil {
-			return false, err.Error()
-		}
-		return f.Resources.Memory().String() == "96Mi", f.Resources.Memory().String()
+	eventually(t, "the spec change after the outage reaches the manifests", 90*time.Second, func() (bool, string) {
+		l := diskLock(n, pool.Name)
+		return memOf(l) == "96Mi", memOf(l)
 	})
 	t.Logf("a spec change reached the manifest %s after it was made, %s after the API server came back",
 		time.Since(changed).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))

@@ -254,8 +254,11 @@ func (*CreateResponse) Descriptor() ([]byte, []int) {
 }
 
 type StartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      *Identity              `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity *Identity              `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// shim_pid is the shim process's PID. The agent checks on every poll that it still runs:
+	// a shim that is killed says nothing, and its pod is not ready until kubelet starts it again.
+	ShimPid       uint32 `protobuf:"varint,2,opt,name=shim_pid,json=shimPid,proto3" json:"shim_pid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +298,13 @@ func (x *StartRequest) GetIdentity() *Identity {
 		return x.Identity
 	}
 	return nil
+}
+
+func (x *StartRequest) GetShimPid() uint32 {
+	if x != nil {
+		return x.ShimPid
+	}
+	return 0
 }
 
 type StartResponse struct {
@@ -542,9 +552,10 @@ const file_agent_shimapi_v1_shimapi_proto_rawDesc = "" +
 	"\rCreateRequest\x12<\n" +
 	"\bidentity\x18\x01 \x01(\v2 .sandboxpool.shimapi.v1.IdentityR\bidentity\x12\x16\n" +
 	"\x06bundle\x18\x02 \x01(\tR\x06bundle\"\x10\n" +
-	"\x0eCreateResponse\"L\n" +
+	"\x0eCreateResponse\"g\n" +
 	"\fStartRequest\x12<\n" +
-	"\bidentity\x18\x01 \x01(\v2 .sandboxpool.shimapi.v1.IdentityR\bidentity\"\x0f\n" +
+	"\bidentity\x18\x01 \x01(\v2 .sandboxpool.shimapi.v1.IdentityR\bidentity\x12\x19\n" +
+	"\bshim_pid\x18\x02 \x01(\rR\ashimPid\"\x0f\n" +
 	"\rStartResponse\"\xa7\x01\n" +
 	"\rDeleteRequest\x12<\n" +
 	"\bidentity\x18\x01 \x01(\v2 .sandboxpool.shimapi.v1.IdentityR\bidentity\x12\x1f\n" +

@@ -1,0 +1,501 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// The lock of a pool is a set of static pods, its pieces (docs/agent.md, "The lock"). Each
+// piece is a manifest file of its own with a number of its own; the lock is the sum of the
+// requests of the pieces kubelet has admitted. A growth adds a piece sized to the growth, so
+// kubelet's admission decides whether the node holds it, and refuses it without touching the
+// pieces that run. A replacement (a smaller size, a changed template, a fold of several
+// pieces into one) adds the new piece before it removes the old ones when the node has room
+// for both, and otherwise removes the old ones just before it adds the new one.
+
+// pieceState is what kubelet has made of a piece.
+type pieceState int
+
+const (
+	// piecePending: the file is written; kubelet has neither admitted nor rejected it yet
+	// (no mirror pod of this content, no rejection event).
+	piecePending pieceState = iota
+	// pieceAdmitted: kubelet admitted it: its mirror pod exists, the sandbox is not running
+	// yet. kubelet and the scheduler both count it.
+	pieceAdmitted
+	// pieceRunning: its mirror pod is Running.
+	pieceRunning
+	// pieceRejected: kubelet refused it (an admission rejection event, or a Failed mirror
+	// pod). It holds nothing.
+	pieceRejected
+)
+
+func (s pieceState) String() string {
+	switch s {
+	case piecePending:
+		return "pending"
+	case pieceAdmitted:
+		return "admitted"
+	case pieceRunning:
+		return "running"
+	case pieceRejected:
+		return "rejected"
+	}
+	return "unknown(" + strconv.Itoa(int(s)) + ")"
+}
+
+// piece is one placeholder pod of the pool as the agent observes it.
+type piece struct {
+	// Number is the piece's number: its file and pod name.
+	Number int
+	// Res is the requests in its file: what kubelet admits for it.
+	Res corev1.ResourceList
+	// Trusted: the file is one the agent wrote for this pool (its hash matches its content
+	// and it carries the pool's UID). An untrusted piece counts for nothing in the lock.
+	Trusted bool
+	// Current: the file is exactly what the agent would render now for this number and
+	// these resources (the pool's template); a piece that is not current is replaced.
+	Current bool
+	State   pieceState
+	// Reason is kubelet's word for a rejected piece: its reason and message.
+	Reason string
+}
+
+// holds reports whether the piece counts in the lock: kubelet admitted a file the agent
+// wrote for this pool.
+func (p piece) holds() bool {
+	return p.Trusted && (p.State == pieceAdmitted || p.State == pieceRunning)
+}
+
+// lockInput is what the lock decision reads.
+type lockInput struct {
+	// Desired is the effective policy: the override when enabled, else the class snapshot.
+	Desired corev1.ResourceList
+	// Pieces are the pool's pieces on disk, with what kubelet made of them.
+	Pieces []piece
+	// Applied is what node-ctl runs for the pool; nil when it runs nothing for it.
+	Applied corev1.ResourceList
+	// AllocatedMemory is the memory the pool's sandboxes use (node-ctl's working set).
+	AllocatedMemory int64
+	// Watermark is the share of a smaller memory size usage may reach for a downscale.
+	Watermark float64
+	// Room is the node's free room as the scheduler counts it; nil while not read (the plan
+	// then asks for it with NeedRoom).
+	Room *room
+	// Preempt lets a growth go to kubelet without the room check: kubelet then preempts pods
+	// that are not critical to make room (static pods are critical to it).
+	Preempt bool
+	// Backoff: kubelet refused a piece of this pool a short while ago; no growth is asked of
+	// it again until the backoff ends. LastRejection is kubelet's word then.
+	Backoff       bool
+	LastRejection string
+	// NextPiece is the number of the next piece the plan adds.
+	NextPiece int
+}
+
+// newPiece is a piece the plan writes.
+type newPiece struct {
+	Number int
+	Res    corev1.ResourceList
+}
+
+// deferral says why a resize waits.
+type deferral string
+
+const (
+	// deferRoom: the node has not the room for a growth, as the scheduler counts it.
+	deferRoom deferral = "InsufficientRoom"
+	// deferKubelet: kubelet refused the growth's piece.
+	deferKubelet deferral = "RejectedByKubelet"
+	// deferUsage: a memory downscale waits while the sandboxes use too much of the new size.
+	deferUsage deferral = "UsageAboveWatermark"
+)
+
+// lockPlan is one step. At most one kind of change to the pieces per pass: the next pass
+// reads what kubelet made of it.
+type lockPlan struct {
+	// Add is a piece to write; Remove are pieces to delete. RemoveFirst orders the two:
+	// false, the new piece first (or only one of them); true, the old pieces are removed
+	// just before the new one is written (a replacement on a node without room for both).
+	Add         *newPiece
+	Remove      []int
+	RemoveFirst bool
+	// NodeCtl is what node-ctl must apply now; nil: leave node-ctl alone.
+	NodeCtl corev1.ResourceList
+	// NeedRoom: the decision needs the node's free room; plan again with Room set.
+	NeedRoom bool
+	// Lock is what the admitted pieces hold now.
+	Lock corev1.ResourceList
+	// Synced: node-ctl and the lock both hold exactly Desired, every piece current.
+	Synced bool
+	// Deferred says why a resize waits ("" when it does not); Reason says it for a person.
+	Deferred deferral
+	Reason   string
+	// Waiting says what the plan waits for when a piece is not admitted yet.
+	Waiting string
+}
+
+// planLock decides the next step. It is a pure function of its input: the agent calls it on
+// every pass, so a crash or restart at any point resumes from what it observes. What it keeps:
+//   - node-ctl never runs more than the lock holds: it grows only up to the admitted pieces,
+//     and shrinks before the lock does;
+//   - the lock never holds less than what node-ctl runs, nor less than the smaller of the
+//     old and the new size during a resize: a growth adds a piece; pieces are removed only
+//     while the others hold enough, or in the same step as their replacement is written;
+//   - a growth beyond what node-ctl runs waits, unless Preempt, until the scheduler's view
+//     of the node has room for it, so kubelet never preempts another pod for it; restoring
+//     a lock below what node-ctl runs, or the first lock of a pool, does not wait.
+func planLock(in lockInput) lockPlan {
+	var p lockPlan
+	var rejected []piece
+	pending := 0
+	lock, running := corev1.ResourceList{}, corev1.ResourceList{}
+	for _, pc := range in.Pieces {
+		switch {
+		case pc.State == pieceRejected:
+			rejected = append(rejected, pc)
+			p.Remove = append(p.Remove, pc.Number)
+		case pc.State == piecePending:
+			pending++
+		}
+		if pc.holds() {
+			addTo(lock, pc.Res)
+			if pc.State == pieceRunning {
+				addTo(running, pc.Res)
+			}
+		}
+	}
+	p.Lock = lock
+
+	// What the lock must hold: the desired size, and never less than what node-ctl runs.
+	want := maxOf(in.Desired, in.Applied)
+
+	// node-ctl grows only up to the pieces that run: kubelet and the scheduler count an
+	// admitted piece already, the pool's readiness only once it runs.
+	p.NodeCtl, p.Deferred, p.Reason = planNodeCtl(in, running)
+
+	if len(rejected) > 0 {
+		// A rejected piece holds nothing: remove it, report kubelet's word, and ask again
+		// after the backoff.
+		p.Deferred, p.Reason = deferKubelet, "kubelet refused placeholder pod "+strconv.Itoa(rejected[0].Number)+": "+rejected[0].Reason
+		return p
+	}
+	if pending > 0 {
+		p.Waiting = "waiting for kubelet to admit the placeholder pod just written"
+		return p
+	}
+
+	// Growth: add a piece for what the lock lacks.
+	if grow := positivePart(subtract(want, lock)); len(grow) > 0 {
+		restore := positivePart(subtract(in.Applied, lock))
+		checked := !in.Preempt && len(lock) > 0 && len(positivePart(subtract(grow, restore))) > 0
+		if checked {
+			if in.Room == nil {
+				p.NeedRoom = true
+				return p
+			}
+			if !in.Room.fits(grow) {
+				if len(restore) > 0 {
+					p.Add = &newPiece{Number: in.NextPiece, Res: restore}
+					return p
+				}
+				p.Deferred, p.Reason = deferRoom, in.Room.shortfall(grow, want, lock)
+				return p
+			}
+		}
+		if in.Backoff {
+			p.Deferred, p.Reason = deferKubelet, in.LastRejection
+			return p
+		}
+		p.Add = &newPiece{Number: in.NextPiece, Res: grow}
+		return p
+	}
+
+	// The lock holds enough. Replace or remove what it holds too much of, what is not
+	// current, and extra pieces, once every piece runs: a piece goes only after its
+	// replacement runs, so the pool stays ready.
+	for _, pc := range in.Pieces {
+		if pc.State == pieceAdmitted {
+			p.Waiting = "waiting for placeholder pod " + strconv.Itoa(pc.Number) + " to run"
+			return p
+		}
+	}
+	var live []piece
+	for _, pc := range in.Pieces {
+		if pc.State != pieceRejected {
+			live = append(live, pc)
+		}
+	}
+	stale := slices.ContainsFunc(live, func(pc piece) bool { return !pc.Current || !pc.Trusted })
+	surplus := !equalResources(lock, want)
+	if !stale && !surplus && len(live) <= 1 {
+		p.Synced = p.NodeCtl == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
+		return p
+	}
+	// A running, current piece that holds exactly what the lock must: the others go.
+	for _, pc := range live {
+		if pc.State == pieceRunning && pc.Current && pc.Trusted && equalResources(pc.Res, want) {
+			for _, o := range live {
+				if o.Number != pc.Number {
+					p.Remove = append(p.Remove, o.Number)
+				}
+			}
+			return p
+		}
+	}
+	// Pieces the others can do without, those that are not current first.
+	order := slices.Clone(live)
+	slices.SortStableFunc(order, func(a, b piece) int {
+		return boolInt(a.Current && a.Trusted) - boolInt(b.Current && b.Trusted)
+	})
+	left := lock.DeepCopy()
+	for _, pc := range order {
+		if !pc.holds() {
+			if !pc.Trusted || !pc.Current {
+				p.Remove = append(p.Remove, pc.Number)
+			}
+			continue
+		}
+		rest := subtract(left, pc.Res)
+		if covers(rest, want) {
+			p.Remove = append(p.Remove, pc.Number)
+			left = rest
+		}
+	}
+	if len(p.Remove) > 0 {
+		return p
+	}
+	// One piece of the size the lock must hold replaces them all.
+	if in.Room == nil {
+		p.NeedRoom = true
+		return p
+	}
+	if !surplus && !stale {
+		if in.Room.fits(want) {
+			p.Add = &newPiece{Number: in.NextPiece, Res: want}
+		}
+		// A fold waits for room: several current pieces of the right sum hold the lock.
+		p.Synced = p.NodeCtl == nil && p.Add == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
+		return p
+	}
+	p.Add = &newPiece{Number: in.NextPiece, Res: want}
+	if !in.Room.fits(want) {
+		for _, pc := range live {
+			p.Remove = append(p.Remove, pc.Number)
+		}
+		p.RemoveFirst = true
+	}
+	return p
+}
+
+// planNodeCtl is node-ctl's part of the step: grow up to what the running pieces hold,
+// shrink first (a memory shrink only while usage allows it).
+func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, deferral, string) {
+	target := corev1.ResourceList{}
+	var deferred deferral
+	var reason string
+	for _, name := range resourceNames(in.Desired, in.Applied) {
+		d, desired := in.Desired[name]
+		a, applied := in.Applied[name]
+		l := lock[name]
+		switch {
+		case !desired:
+			// No longer part of the pool: node-ctl drops it.
+		case !applied || d.Cmp(a) > 0:
+			// Grow (or first apply): only up to what the lock holds, never below what runs.
+			t := minQuantity(d, l)
+			if applied && t.Cmp(a) < 0 {
+				t = a
+			}
+			if !t.IsZero() {
+				target[name] = t.DeepCopy()
+			}
+		case d.Cmp(a) < 0 && name == corev1.ResourceMemory:
+			limit := int64(float64(d.Value()) * in.Watermark)
+			if in.AllocatedMemory > limit {
+				target[name] = a.DeepCopy()
+				deferred = deferUsage
+				reason = fmt.Sprintf("memory in use %s is above %.0f%% of the new size %s (%s)",
+					readableBytes(in.AllocatedMemory), in.Watermark*100, d.String(), readableBytes(limit))
+				continue
+			}
+			target[name] = d.DeepCopy()
+		default:
+			target[name] = d.DeepCopy()
+		}
+	}
+	if in.Applied == nil && (target.Cpu().IsZero() || target.Memory().IsZero()) {
+		// node-ctl starts with the pool's cpu and memory locked, not before.
+		return nil, deferred, reason
+	}
+	if equalResources(target, in.Applied) {
+		return nil, deferred, reason
+	}
+	return target, deferred, reason
+}
+
+// room is the node's free room as the scheduler counts it: allocatable less the requests of
+// every pod bound to the node that is not finished. Holders says what takes it.
+type room struct {
+	Allocatable corev1.ResourceList
+	Free        corev1.ResourceList
+	// FreePods is how many more pods the node takes.
+	FreePods int64
+	// Holders are the pods holding the most of each resource, largest first.
+	Holders map[corev1.ResourceName][]holder
+}
+
+type holder struct {
+	Pod string
+	Qty resource.Quantity
+	// Own: one of this pool's placeholder pods.
+	Own bool
+}
+
+// fits reports whether a pod requesting res fits the free room.
+func (r *room) fits(res corev1.ResourceList) bool {
+	if r.FreePods < 1 {
+		return false
+	}
+	for name, q := range res {
+		f := r.Free[name]
+		if q.Cmp(f) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// shortfall says, for a person, why a growth does not fit: what the pool asks, what it
+// holds, what is free and what holds the rest.
+func (r *room) shortfall(grow, want, lock corev1.ResourceList) string {
+	if r.FreePods < 1 {
+		return "growth deferred: the node runs as many pods as it may (allocatable pods)"
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(grow)) {
+		q := grow[name]
+		f := r.Free[name]
+		if q.Cmp(f) <= 0 {
+			continue
+		}
+		a, w := r.Allocatable[name], want[name]
+		s := fmt.Sprintf("%s: asked %s, the pool holds %s, the node has %s free of %s allocatable",
+			name, quantityText(name, w), quantityText(name, lock[name]), quantityText(name, f), quantityText(name, a))
+		if w.Cmp(a) > 0 {
+			s += " (more than the node has at all)"
+		}
+		if hs := r.Holders[name]; len(hs) > 0 {
+			var held []string
+			for _, h := range hs {
+				t := h.Pod + " " + quantityText(name, h.Qty)
+				if h.Own {
+					t += " (this pool)"
+				}
+				held = append(held, t)
+			}
+			s += "; held by " + strings.Join(held, ", ")
+		}
+		parts = append(parts, s)
+	}
+	return "growth deferred until the node has room: " + strings.Join(parts, "; ")
+}
+
+// quantityText prints a quantity a person reads: memory-like resources in binary units.
+func quantityText(name corev1.ResourceName, q resource.Quantity) string {
+	if name == corev1.ResourceCPU {
+		return q.String()
+	}
+	if name == corev1.ResourceMemory || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) {
+		return readableBytes(q.Value())
+	}
+	return q.String()
+}
+
+// resourceNames is the sorted union of the lists' names.
+func resourceNames(lists ...corev1.ResourceList) []corev1.ResourceName {
+	set := map[corev1.ResourceName]bool{}
+	for _, l := range lists {
+		for n := range l {
+			set[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// addTo adds b to a, name by name.
+func addTo(a, b corev1.ResourceList) {
+	for n, q := range b {
+		s := a[n]
+		s.Add(q)
+		a[n] = s
+	}
+}
+
+// subtract is a − b, name by name, over both lists' names (negative where b is larger).
+func subtract(a, b corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, n := range resourceNames(a, b) {
+		q := a[n].DeepCopy()
+		q.Sub(b[n])
+		out[n] = q
+	}
+	return out
+}
+
+// positivePart keeps the names whose quantity is above zero.
+func positivePart(l corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for n, q := range l {
+		if q.Sign() > 0 {
+			out[n] = q.DeepCopy()
+		}
+	}
+	return out
+}
+
+// maxOf is the larger of a and b, name by name.
+func maxOf(a, b corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, n := range resourceNames(a, b) {
+		x, y := a[n], b[n]
+		if y.Cmp(x) > 0 {
+			x = y
+		}
+		if x.Sign() > 0 {
+			out[n] = x.DeepCopy()
+		}
+	}
+	return out
+}
+
+// covers reports whether a holds at least b, name by name.
+func covers(a, b corev1.ResourceList) bool {
+	for n, q := range b {
+		have := a[n]
+		if have.Cmp(q) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func minQuantity(a, b resource.Quantity) resource.Quantity {
+	if b.Cmp(a) < 0 {
+		return b
+	}
+	return a
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

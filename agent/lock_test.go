@@ -1,0 +1,517 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func pc(n int, state pieceState, res corev1.ResourceList) piece {
+	return piece{Number: n, Res: res, Trusted: true, Current: true, State: state}
+}
+
+// roomFor is a node with the given free room and nothing else said about it.
+func roomFor(free corev1.ResourceList) *room {
+	return &room{Allocatable: rl("2", "8Gi"), Free: free, FreePods: 100}
+}
+
+func TestPlanLockSteps(t *testing.T) {
+	stale := pc(1, pieceRunning, rl("500m", "1Gi"))
+	stale.Current = false
+	tampered := pc(2, pieceRunning, rl("100m", "1Gi"))
+	tampered.Trusted = false
+	for _, tc := range []struct {
+		name  string
+		in    lockInput
+		check func(t *testing.T, p lockPlan)
+	}{
+		{"a new pool's first piece: the whole size, no room check",
+			lockInput{Desired: rl("500m", "1Gi"), NextPiece: 1},
+			func(t *testing.T, p lockPlan) { wantAdd(t, p, 1, rl("500m", "1Gi")) }},
+		{"first node-ctl apply once the piece runs",
+			lockInput{Desired: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))}, NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantNodeCtl(t, p, rl("500m", "1Gi"))
+				wantNoChange(t, p)
+			}},
+		{"node-ctl does not start on a piece kubelet admitted that does not run yet",
+			lockInput{Desired: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceAdmitted, rl("500m", "1Gi"))}, NextPiece: 2},
+			func(t *testing.T, p lockPlan) { wantNodeCtl(t, p, nil) }},
+		{"in sync",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1024Mi"), Pieces: []piece{pc(1, pieceRunning, rl("0.5", "1Gi"))}, NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				if !p.Synced {
+					t.Errorf("not synced: %+v", p)
+				}
+			}},
+		{"growth asks for the node's room first",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))}, NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				if !p.NeedRoom || p.Add != nil {
+					t.Errorf("plan %+v, want NeedRoom and nothing written", p)
+				}
+			}},
+		{"growth that fits: a piece of the growth only",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))},
+				Room: roomFor(rl("600m", "0")), NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 2, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})
+			}},
+		{"growth that does not fit: deferred with what was asked, what is free and who holds it",
+			lockInput{Desired: rl("3", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))},
+				Room: &room{Allocatable: rl("2", "8Gi"), Free: rl("1", "4Gi"), FreePods: 100,
+					Holders: map[corev1.ResourceName][]holder{corev1.ResourceCPU: {{Pod: "default/hog", Qty: resource.MustParse("500m")},
+						{Pod: "sandbox-pool-system/sandbox-pool-1-n", Qty: resource.MustParse("500m"), Own: true}}}}, NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.Deferred != deferRoom {
+					t.Fatalf("deferred %q, want %q", p.Deferred, deferRoom)
+				}
+				for _, s := range []string{"cpu: asked 3", "the pool holds 500m", "1 free of 2 allocatable", "more than the node has at all",
+					"default/hog 500m", "sandbox-pool-system/sandbox-pool-1-n 500m (this pool)"} {
+					if !strings.Contains(p.Reason, s) {
+						t.Errorf("reason %q does not say %q", p.Reason, s)
+					}
+				}
+			}},
+		{"growth with --resize-preempt goes to kubelet at once",
+			lockInput{Desired: rl("3", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))}, Preempt: true, NextPiece: 4},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 4, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2500m")})
+			}},
+		{"a lock lost below node-ctl is restored at once, the rest of a growth waits for room",
+			lockInput{Desired: rl("2", "1Gi"), Applied: rl("1", "1Gi"), Pieces: []piece{pc(3, pieceRunning, rl("500m", "1Gi"))},
+				Room: roomFor(rl("100m", "0")), NextPiece: 4},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 4, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})
+			}},
+		{"kubelet refused a piece: it goes, the resize waits with kubelet's word",
+			lockInput{Desired: rl("3", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), {Number: 2, Res: rl("2500m", "0"), Trusted: true, Current: true, State: pieceRejected, Reason: "OutOfcpu: Node didn't have enough resource"}}},
+			func(t *testing.T, p lockPlan) {
+				if p.Add != nil || !slices.Equal(p.Remove, []int{2}) || p.Deferred != deferKubelet || !strings.Contains(p.Reason, "OutOfcpu") {
+					t.Errorf("plan %+v, want piece 2 removed and deferred with kubelet's reason", p)
+				}
+			}},
+		{"after a refusal, no growth until the backoff ends",
+			lockInput{Desired: rl("3", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))},
+				Preempt: true, Backoff: true, LastRejection: "kubelet refused it", NextPiece: 3},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.Deferred != deferKubelet || p.Reason != "kubelet refused it" {
+					t.Errorf("plan %+v, want deferred with the last rejection", p)
+				}
+			}},
+		{"a piece kubelet has not answered for: wait",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, piecePending, rl("500m", "0"))}},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.Waiting == "" {
+					t.Errorf("plan %+v, want Waiting", p)
+				}
+			}},
+		{"growth admitted and running: node-ctl grows to the lock",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
+			func(t *testing.T, p lockPlan) { wantNodeCtl(t, p, rl("1", "1Gi")) }},
+		{"two pieces of the right sum fold into one when the node has room for a second copy",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), Room: roomFor(rl("1", "1Gi")), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 3, rl("1", "1Gi"))
+				if len(p.Remove) != 0 || p.RemoveFirst {
+					t.Errorf("a fold removes nothing before its piece runs: %+v", p)
+				}
+			}},
+		{"without room the pieces stay, and the pool is in sync",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), Room: roomFor(rl("100m", "1Gi")), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if !p.Synced {
+					t.Errorf("plan %+v, want synced", p)
+				}
+			}},
+		{"the replacement runs: the others go",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), NextPiece: 4,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}), pc(3, pieceRunning, rl("1", "1Gi"))}},
+			func(t *testing.T, p lockPlan) {
+				if p.Add != nil || !slices.Equal(p.Remove, []int{1, 2}) {
+					t.Errorf("plan %+v, want pieces 1 and 2 removed", p)
+				}
+			}},
+		{"shrink: node-ctl first, the lock keeps the old size",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("1", "2Gi"), Pieces: []piece{pc(1, pieceRunning, rl("1", "2Gi"))}, AllocatedMemory: 100 << 20, Watermark: 0.85, NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantNodeCtl(t, p, rl("500m", "1Gi"))
+				if p.Add != nil || len(p.Remove) != 0 || p.NeedRoom {
+					t.Errorf("the lock moves before node-ctl shrank: %+v", p)
+				}
+			}},
+		{"shrink after node-ctl: a new piece beside the old one when the node has room",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("1", "2Gi"))}, Room: roomFor(rl("1", "1Gi")), NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 2, rl("500m", "1Gi"))
+				if len(p.Remove) != 0 {
+					t.Errorf("make before break removes nothing yet: %+v", p)
+				}
+			}},
+		{"shrink on a full node: the old piece is removed just before the new one is written",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{pc(1, pieceRunning, rl("1", "2Gi"))}, Room: roomFor(rl("0", "0")), NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 2, rl("500m", "1Gi"))
+				if !p.RemoveFirst || !slices.Equal(p.Remove, []int{1}) {
+					t.Errorf("plan %+v, want piece 1 removed first", p)
+				}
+			}},
+		{"shrink back after a growth: the growth's piece goes, no replacement",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
+			func(t *testing.T, p lockPlan) {
+				if p.Add != nil || !slices.Equal(p.Remove, []int{2}) {
+					t.Errorf("plan %+v, want piece 2 removed", p)
+				}
+			}},
+		{"a memory shrink above the watermark: deferred, the lock keeps what node-ctl runs",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "2Gi"), Pieces: []piece{pc(1, pieceRunning, rl("1", "2Gi"))}, AllocatedMemory: 1900 << 20, Watermark: 0.85, NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantNodeCtl(t, p, nil)
+				wantNoChange(t, p)
+				if p.Deferred != deferUsage || !strings.Contains(p.Reason, "memory in use 1.86Gi is above 85% of the new size 1Gi") {
+					t.Errorf("plan %+v, want deferred by usage", p)
+				}
+			}},
+		{"a changed template: a current piece replaces the stale one",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1Gi"), Pieces: []piece{stale}, Room: roomFor(rl("1", "1Gi")), NextPiece: 2},
+			func(t *testing.T, p lockPlan) { wantAdd(t, p, 2, rl("500m", "1Gi")) }},
+		{"a piece the agent did not write counts for nothing: the lock is restored, then it goes",
+			lockInput{Desired: rl("500m", "2Gi"), Applied: rl("500m", "2Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), tampered}, NextPiece: 3},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 3, corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")})
+			}},
+		{"mixed: cpu grows by a piece while memory shrinks in node-ctl",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "2Gi"), Pieces: []piece{pc(1, pieceRunning, rl("500m", "2Gi"))},
+				AllocatedMemory: 100 << 20, Watermark: 0.85, Room: roomFor(rl("1", "1Gi")), NextPiece: 2},
+			func(t *testing.T, p lockPlan) {
+				wantNodeCtl(t, p, rl("500m", "1Gi"))
+				wantAdd(t, p, 2, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, planLock(tc.in)) })
+	}
+}
+
+func wantAdd(t *testing.T, p lockPlan, n int, res corev1.ResourceList) {
+	t.Helper()
+	if p.Add == nil || p.Add.Number != n || !equalResources(p.Add.Res, res) {
+		t.Errorf("plan adds %+v, want piece %d with %v (plan %+v)", p.Add, n, res, p)
+	}
+}
+
+func wantNodeCtl(t *testing.T, p lockPlan, want corev1.ResourceList) {
+	t.Helper()
+	if !equalResources(p.NodeCtl, want) {
+		t.Errorf("node-ctl %v, want %v", p.NodeCtl, want)
+	}
+}
+
+func wantNoChange(t *testing.T, p lockPlan) {
+	t.Helper()
+	if p.Add != nil || len(p.Remove) != 0 {
+		t.Errorf("plan changes pieces: %+v", p)
+	}
+}
+
+// lockSim plays kubelet and the scheduler for planLock, the way the agent's passes meet
+// them: kubelet admits a new piece only if it fits its own count of the node (or rejects
+// it), a removed piece leaves kubelet's count at once but its mirror pod stays in the
+// scheduler's count until kubelet has stopped it, and a swap (RemoveFirst) reaches kubelet
+// as the removals, then the new piece. At every step it checks what the agent promises:
+// kubelet's and the scheduler's counts of the lock never fall below what node-ctl runs, nor
+// below the smaller of the old and the new size.
+type lockSim struct {
+	t           *testing.T
+	allocatable corev1.ResourceList
+	others      corev1.ResourceList // what other pods request
+	pieces      map[int]*simPiece
+	// stopping are removed pieces whose mirror pods the scheduler still counts.
+	stopping []corev1.ResourceList
+	applied  corev1.ResourceList
+	next     int
+	usage    int64
+	log      []string
+}
+
+type simPiece struct {
+	res   corev1.ResourceList
+	state pieceState
+	stale bool
+}
+
+func newLockSim(t *testing.T, allocatable, others, size corev1.ResourceList) *lockSim {
+	s := &lockSim{t: t, allocatable: allocatable, others: others, pieces: map[int]*simPiece{}, next: 1}
+	s.resize(size, size, 20)
+	return s
+}
+
+// kubeletLock is what kubelet counts for the pool: its admitted pieces.
+func (s *lockSim) kubeletLock() corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, p := range s.pieces {
+		if p.state == pieceAdmitted || p.state == pieceRunning {
+			addTo(out, p.res)
+		}
+	}
+	return out
+}
+
+// schedulerLock is what the scheduler counts: the mirror pods, the stopping ones included.
+func (s *lockSim) schedulerLock() corev1.ResourceList {
+	out := s.kubeletLock()
+	for _, r := range s.stopping {
+		addTo(out, r)
+	}
+	return out
+}
+
+func (s *lockSim) room() *room {
+	used := s.schedulerLock()
+	addTo(used, s.others)
+	free := positivePart(subtract(s.allocatable, used))
+	for n := range s.allocatable {
+		if _, ok := free[n]; !ok {
+			free[n] = resource.Quantity{}
+		}
+	}
+	return &room{Allocatable: s.allocatable, Free: free, FreePods: 100}
+}
+
+// check fails the test if a count is below floor or below what node-ctl runs.
+func (s *lockSim) check(what string, floor corev1.ResourceList) {
+	s.t.Helper()
+	for name, lock := range map[string]corev1.ResourceList{"kubelet": s.kubeletLock(), "scheduler": s.schedulerLock()} {
+		if !covers(lock, floor) || !covers(lock, s.applied) {
+			s.t.Fatalf("%s: %s counts %v, below min(old, new) %v or node-ctl's %v\n%s", what, name, lock, floor, s.applied, strings.Join(s.log, "\n"))
+		}
+	}
+}
+
+// resize drives the lock from its state to desired, pass by pass, within maxPasses.
+func (s *lockSim) resize(old, desired corev1.ResourceList, maxPasses int) lockPlan {
+	s.t.Helper()
+	floor := corev1.ResourceList{}
+	for _, n := range resourceNames(old, desired) {
+		o, d := old[n], desired[n]
+		floor[n] = minQuantity(o, d)
+	}
+	if len(s.pieces) == 0 {
+		floor = nil // a new pool's first lock
+	}
+	var p lockPlan
+	for pass := 0; pass < maxPasses; pass++ {
+		in := lockInput{Desired: desired, Applied: s.applied, AllocatedMemory: s.usage, Watermark: 0.85, NextPiece: s.next}
+		for _, n := range slices.Sorted(maps.Keys(s.pieces)) {
+			sp := s.pieces[n]
+			in.Pieces = append(in.Pieces, piece{Number: n, Res: sp.res, Trusted: true, Current: !sp.stale, State: sp.state})
+		}
+		p = planLock(in)
+		if p.NeedRoom {
+			in.Room = s.room()
+			p = planLock(in)
+		}
+		s.log = append(s.log, fmt.Sprintf("pass %d: pieces %v applied %v → add %+v remove %v first=%v node-ctl %v deferred %q",
+			pass, s.describe(), s.applied, p.Add, p.Remove, p.RemoveFirst, p.NodeCtl, p.Deferred))
+		if p.Synced {
+			return p
+		}
+		if p.NodeCtl != nil {
+			if !covers(s.runningLock(), p.NodeCtl) {
+				s.t.Fatalf("node-ctl asked for %v while the running pieces hold %v\n%s", p.NodeCtl, s.runningLock(), strings.Join(s.log, "\n"))
+			}
+			s.applied = p.NodeCtl
+			s.check("after node-ctl", floor)
+			if p.Add == nil && len(p.Remove) == 0 {
+				in.Applied = s.applied
+				p = planLock(in)
+				if p.NeedRoom {
+					in.Room = s.room()
+					p = planLock(in)
+				}
+			}
+		}
+		if p.RemoveFirst {
+			// kubelet takes the removals and the new piece one after the other; nothing
+			// else is admitted between them (the file source's two updates are consecutive
+			// in kubelet's sync loop, which admits pods one at a time).
+			s.remove(p.Remove)
+			s.add(p.Add)
+			s.admit()
+		} else {
+			s.add(p.Add)
+			s.check("after a new piece", floor)
+			s.remove(p.Remove)
+		}
+		s.check("after the pieces changed", floor)
+		s.kubelet()
+		s.check("after kubelet", floor)
+		if p.Deferred != "" && p.Add == nil && len(p.Remove) == 0 && p.NodeCtl == nil {
+			return p
+		}
+	}
+	s.t.Fatalf("no convergence to %v in %d passes\n%s", desired, maxPasses, strings.Join(s.log, "\n"))
+	return p
+}
+
+func (s *lockSim) runningLock() corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, p := range s.pieces {
+		if p.state == pieceRunning {
+			addTo(out, p.res)
+		}
+	}
+	return out
+}
+
+func (s *lockSim) add(np *newPiece) {
+	if np == nil {
+		return
+	}
+	if np.Number < s.next {
+		s.t.Fatalf("piece %d reuses a number (next is %d)", np.Number, s.next)
+	}
+	s.pieces[np.Number] = &simPiece{res: np.Res, state: piecePending}
+	s.next = np.Number + 1
+}
+
+func (s *lockSim) remove(numbers []int) {
+	for _, n := range numbers {
+		if p, ok := s.pieces[n]; ok {
+			if p.state == pieceAdmitted || p.state == pieceRunning {
+				s.stopping = append(s.stopping, p.res)
+			}
+			delete(s.pieces, n)
+		}
+	}
+}
+
+// kubelet starts admitted pieces, admits or rejects pending ones, and finishes stopping
+// the removed ones.
+func (s *lockSim) kubelet() {
+	for _, p := range s.pieces {
+		if p.state == pieceAdmitted {
+			p.state = pieceRunning
+		}
+	}
+	s.admit()
+	s.stopping = nil
+}
+
+// admit admits or rejects the pending pieces against kubelet's own count of the node.
+func (s *lockSim) admit() {
+	for _, n := range slices.Sorted(maps.Keys(s.pieces)) {
+		p := s.pieces[n]
+		if p.state != piecePending {
+			continue
+		}
+		used := s.kubeletLock()
+		addTo(used, s.others)
+		addTo(used, p.res)
+		if covers(s.allocatable, used) {
+			p.state = pieceAdmitted
+		} else {
+			p.state = pieceRejected
+		}
+	}
+}
+
+func (s *lockSim) describe() string {
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(s.pieces)) {
+		p := s.pieces[n]
+		parts = append(parts, fmt.Sprintf("%d:%s:%s", n, p.state, resourcesText(p.res)))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// converged fails the test unless node-ctl and the lock hold exactly want.
+func (s *lockSim) converged(want corev1.ResourceList) {
+	s.t.Helper()
+	if !equalResources(s.applied, want) || !equalResources(s.kubeletLock(), want) {
+		s.t.Fatalf("converged to node-ctl %v, lock %v; want %v\n%s", s.applied, s.kubeletLock(), want, strings.Join(s.log, "\n"))
+	}
+}
+
+// TestLockWalk drives whole resizes through planLock against the simulated kubelet and
+// scheduler and checks the invariant at every step: on a node with room, on a full node,
+// a growth that does not fit until room is made, a changed template, a mixed resize, and a
+// memory shrink held back by usage.
+func TestLockWalk(t *testing.T) {
+	t.Run("room", func(t *testing.T) {
+		s := newLockSim(t, rl("4", "16Gi"), rl("0", "0"), rl("1", "2Gi"))
+		s.converged(rl("1", "2Gi"))
+		for _, step := range []corev1.ResourceList{rl("2", "4Gi"), rl("500m", "1Gi"), rl("1500m", "512Mi"), rl("1500m", "512Mi")} {
+			old := s.kubeletLock()
+			s.resize(old, step, 20)
+			s.converged(step)
+			if len(s.pieces) != 1 {
+				t.Errorf("with room the pieces fold into one, got %s", s.describe())
+			}
+		}
+	})
+	t.Run("full node", func(t *testing.T) {
+		// Other pods take everything but the pool's 1 cpu / 2Gi.
+		s := newLockSim(t, rl("4", "16Gi"), rl("3", "14Gi"), rl("1", "2Gi"))
+		s.resize(rl("1", "2Gi"), rl("500m", "1Gi"), 20)
+		s.converged(rl("500m", "1Gi"))
+		s.others = rl("3", "14Gi")
+		s.resize(rl("500m", "1Gi"), rl("1", "2Gi"), 20)
+		s.converged(rl("1", "2Gi"))
+		if len(s.pieces) != 2 {
+			t.Errorf("a growth on a full node keeps its piece beside the old one, got %s", s.describe())
+		}
+		s.resize(rl("1", "2Gi"), rl("500m", "2Gi"), 20)
+		s.converged(rl("500m", "2Gi"))
+	})
+	t.Run("growth waits for room", func(t *testing.T) {
+		s := newLockSim(t, rl("2", "8Gi"), rl("1", "1Gi"), rl("500m", "1Gi"))
+		p := s.resize(rl("500m", "1Gi"), rl("1500m", "1Gi"), 20)
+		if p.Deferred != deferRoom || !equalResources(s.kubeletLock(), rl("500m", "1Gi")) || !equalResources(s.applied, rl("500m", "1Gi")) {
+			t.Fatalf("deferred %q, lock %v, node-ctl %v; want deferred for room with the old lock kept", p.Deferred, s.kubeletLock(), s.applied)
+		}
+		s.others = rl("0", "1Gi") // the pod that held the cpu goes
+		s.resize(rl("500m", "1Gi"), rl("1500m", "1Gi"), 20)
+		s.converged(rl("1500m", "1Gi"))
+	})
+	t.Run("changed template", func(t *testing.T) {
+		for _, others := range []corev1.ResourceList{rl("0", "0"), rl("3", "14Gi")} {
+			s := newLockSim(t, rl("4", "16Gi"), others, rl("1", "2Gi"))
+			for _, p := range s.pieces {
+				p.stale = true
+			}
+			s.resize(rl("1", "2Gi"), rl("1", "2Gi"), 20)
+			s.converged(rl("1", "2Gi"))
+			for n, p := range s.pieces {
+				if p.stale {
+					t.Errorf("piece %d is still of the old template", n)
+				}
+			}
+		}
+	})
+	t.Run("memory shrink held back by usage", func(t *testing.T) {
+		s := newLockSim(t, rl("4", "16Gi"), rl("0", "0"), rl("1", "4Gi"))
+		s.usage = 3 << 30
+		p := s.resize(rl("1", "4Gi"), rl("1", "2Gi"), 20)
+		if p.Deferred != deferUsage || !equalResources(s.kubeletLock(), rl("1", "4Gi")) {
+			t.Fatalf("deferred %q, lock %v; want the shrink deferred by usage with the old lock", p.Deferred, s.kubeletLock())
+		}
+		s.usage = 1 << 30
+		s.resize(rl("1", "4Gi"), rl("1", "2Gi"), 20)
+		s.converged(rl("1", "2Gi"))
+	})
+}
