@@ -234,14 +234,21 @@ func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs
 		}
 		manifestWrites.Inc()
 		log.Info("wrote a placeholder pod", "piece", p.Add.Number, "file", manifest.FileName(pool.Name, p.Add.Number),
-			"resources", resourcesText(p.Add.Res), "replaces", p.Remove, "removeFirst", p.RemoveFirst)
+			"resources", resourcesText(p.Add.Res))
 		return nil
 	}
-	if p.RemoveFirst {
-		if err := remove(); err != nil {
+	if p.RemoveFirst && p.Add != nil {
+		data, err := manifest.Render(a.pieceSpec(pool, p.Add.Number, p.Add.Res))
+		if err != nil {
+			return fmt.Errorf("rendering placeholder pod %d of %s: %w", p.Add.Number, pool.Name, err)
+		}
+		if err := manifest.Replace(a.opts.ManifestDir, pool.Name, p.Remove, p.Add.Number, data); err != nil {
 			return err
 		}
-		return add()
+		manifestWrites.Inc()
+		log.Info("replaced placeholder pods in place (no room for both)", "pieces", p.Remove, "by", p.Add.Number,
+			"resources", resourcesText(p.Add.Res))
+		return nil
 	}
 	if err := add(); err != nil {
 		return err

@@ -147,36 +147,81 @@ func isTempName(name string) bool {
 	return ok
 }
 
-func writeAtomic(dir, name string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(dir, tempPattern(name))
+func writeAtomic(dir, name string, data []byte) error {
+	tmp, err := writeTemp(dir, name, data)
 	if err != nil {
 		return err
 	}
-	renamed := false
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+// writeTemp writes data to a new hidden temporary file for the manifest name in dir, synced
+// and of mode 0644, and returns its path. On failure nothing is left behind.
+func writeTemp(dir, name string, data []byte) (path string, err error) {
+	tmp, err := os.CreateTemp(dir, tempPattern(name))
+	if err != nil {
+		return "", err
+	}
 	defer func() {
-		if err != nil && !renamed {
+		if err != nil {
 			_ = tmp.Close()
 			_ = os.Remove(tmp.Name())
 		}
 	}()
 	if _, err = tmp.Write(data); err != nil {
-		return err
+		return "", err
 	}
 	// CreateTemp makes 0600 files and the umask applies to OpenFile: set the mode itself.
 	if err = tmp.Chmod(fileMode); err != nil {
-		return err
+		return "", err
 	}
 	if err = tmp.Sync(); err != nil {
-		return err
+		return "", err
 	}
 	if err = tmp.Close(); err != nil {
-		return err
+		return "", err
 	}
-	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
+	return tmp.Name(), nil
+}
+
+// Replace removes the manifests of the pieces old of pool and writes piece's with data in
+// their place, with as little as the file system allows between the two: data is first
+// written and synced to a hidden temporary file, then the old files are removed and the
+// temporary file renamed into place, one call after the other, and dir is synced once.
+// kubelet, which takes each file event on its own, sees the removals and the new file as
+// consecutive updates. On failure before the removals nothing has changed.
+func Replace(dir, pool string, old []int, piece int, data []byte) error {
+	if err := checkRef(pool, piece); err != nil {
+		return fmt.Errorf("replacing manifests of pool %q: %w", pool, err)
 	}
-	renamed = true
-	return syncDir(dir)
+	for _, o := range old {
+		if err := checkRef(pool, o); err != nil {
+			return fmt.Errorf("replacing manifests of pool %q: %w", pool, err)
+		}
+	}
+	name := FileName(pool, piece)
+	tmp, err := writeTemp(dir, name, data)
+	if err != nil {
+		return fmt.Errorf("writing manifest %s: %w", filepath.Join(dir, name), err)
+	}
+	for _, o := range old {
+		if err := os.Remove(filepath.Join(dir, FileName(pool, o))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("removing manifest %s: %w", filepath.Join(dir, FileName(pool, o)), err)
+		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("writing manifest %s: %w", filepath.Join(dir, name), err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("replacing manifests of pool %q: %w", pool, err)
+	}
+	return nil
 }
 
 // syncDir makes a rename or removal in dir durable.

@@ -254,3 +254,30 @@ func TestRemove(t *testing.T) {
 		t.Errorf("Remove in a missing dir: %v", err)
 	}
 }
+
+// TestReplace: the old pieces go and the new one is in place, with no temporary file left;
+// a write that fails before the removals changes nothing.
+func TestReplace(t *testing.T) {
+	dir := t.TempDir()
+	for _, piece := range []int{1, 2} {
+		if err := Write(dir, pool, piece, []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Replace(dir, pool, []int{1, 2}, 3, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, dir); !slices.Equal(names, []string{FileName(pool, 3)}) {
+		t.Errorf("directory holds %v, want only piece 3", names)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, FileName(pool, 3))); string(got) != "new" {
+		t.Errorf("piece 3 holds %q", got)
+	}
+	missing := filepath.Join(dir, "missing")
+	if err := Replace(missing, pool, []int{3}, 4, []byte("x")); err == nil {
+		t.Error("Replace into a missing directory succeeded")
+	}
+	if names := dirNames(t, dir); !slices.Equal(names, []string{FileName(pool, 3)}) {
+		t.Errorf("a failed Replace changed the directory: %v", names)
+	}
+}
