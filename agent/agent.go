@@ -63,6 +63,8 @@ type Agent struct {
 	// shim is what the placeholder shim said of each placeholder pod since this agent
 	// started, by the pod's name.
 	shim map[string]shimState
+	// shimWatch stops the watch of each pod's shim process, by the pod's name.
+	shimWatch map[string]func()
 	// reported is the last status applied per pool (volatile fields zeroed), for "write only
 	// when a field changed".
 	reported map[string]reportedStatus
@@ -142,7 +144,7 @@ func newAgent(cfg *rest.Config, o Options, sch *schema.Schema, triggers chan eve
 	}
 	return &Agent{
 		cfg: cfg, opts: o, schema: sch, nodectl: nc, triggers: triggers,
-		shim: map[string]shimState{}, reported: map[string]reportedStatus{}, resizes: map[string]resizeNotes{},
+		shim: map[string]shimState{}, shimWatch: map[string]func(){}, reported: map[string]reportedStatus{}, resizes: map[string]resizeNotes{},
 		stopped: map[types.UID]bool{}, leases: map[string]*coordinationv1.Lease{},
 	}
 }

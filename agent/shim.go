@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
+	"golang.org/x/sys/unix"
 )
 
 // shimService is the agent's side of the PlaceholderShim API (agent/shimapi): it records what
@@ -60,7 +61,13 @@ func (s shimService) Start(_ context.Context, req *v1.StartRequest) (*v1.StartRe
 	if forPool(req.GetIdentity()) != "" {
 		st := shimState{Started: true, PID: int(req.GetShimPid())}
 		st.startTime, _ = processStartTime(st.PID)
+		if cur, ok := s.a.shimFor(req.Identity.GetPodName()); ok && cur.Started && !cur.Exited && cur.PID == st.PID &&
+			cur.PodUID == req.Identity.GetPodUid() {
+			// The shim repeats itself to a restarted agent; this agent knew already.
+			return &v1.StartResponse{}, nil
+		}
 		s.a.setShim(req.Identity, st)
+		s.a.watchShim(req.Identity.GetPodName(), st)
 	}
 	return &v1.StartResponse{}, nil
 }
@@ -75,6 +82,75 @@ func (s shimService) Shutdown(_ context.Context, req *v1.ShutdownRequest) (*v1.S
 	shimCalls.WithLabelValues("Shutdown").Inc()
 	s.a.podStopped(req.GetIdentity())
 	return &v1.ShutdownResponse{}, nil
+}
+
+// watchShim reports the exit of the shim process of the pod called name as soon as it
+// happens, through a pidfd, so that a killed shim shows even when kubelet starts the pod's
+// sandbox again within a poll. Without a pidfd (an old kernel) the poll's check stands.
+func (a *Agent) watchShim(name string, st shimState) {
+	if st.PID <= 0 {
+		return
+	}
+	stop, err := watchExit(st.PID, st.startTime, func() { a.shimExited(name, st.PID) })
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	if old := a.shimWatch[name]; old != nil {
+		old()
+	}
+	a.shimWatch[name] = stop
+	a.mu.Unlock()
+}
+
+// shimExited marks the pod called name exited if its shim is still the one of pid.
+func (a *Agent) shimExited(name string, pid int) {
+	a.mu.Lock()
+	st, ok := a.shim[name]
+	if !ok || !st.Started || st.Exited || st.PID != pid {
+		a.mu.Unlock()
+		return
+	}
+	st.Exited = true
+	a.shim[name] = st
+	a.mu.Unlock()
+	a.trigger(st.Pool)
+}
+
+// watchExit calls onExit once process pid (started at startTime, when known) has exited.
+// stop ends the watch without calling it.
+func watchExit(pid int, startTime uint64, onExit func()) (stop func(), err error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	if t, err := processStartTime(pid); err != nil || (startTime != 0 && t != startTime) {
+		// Gone already, and its PID perhaps reused.
+		_ = unix.Close(fd)
+		go onExit()
+		return func() {}, nil
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	go func() {
+		first := true
+		// A pidfd turns readable when its process exits: wait for that.
+		err := rc.Read(func(uintptr) bool {
+			if first {
+				first = false
+				return false
+			}
+			return true
+		})
+		if err == nil {
+			onExit()
+		}
+	}()
+	return func() { _ = f.Close() }, nil
 }
 
 // shimState is what the shim said of one placeholder pod since this agent started.
@@ -164,6 +240,10 @@ func (a *Agent) forgetShims(pool string) {
 	for name, st := range a.shim {
 		if st.Pool == pool {
 			delete(a.shim, name)
+			if stop := a.shimWatch[name]; stop != nil {
+				stop()
+				delete(a.shimWatch, name)
+			}
 		}
 	}
 }

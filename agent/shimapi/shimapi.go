@@ -96,3 +96,7 @@ func Dial(ctx context.Context, address string) (*Client, error) {
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// WaitClosed blocks until the connection is closed (the agent went away, or Close) or ctx
+// ends.
+func (c *Client) WaitClosed(ctx context.Context) error { return c.conn.UserOnCloseWait(ctx) }

@@ -126,6 +126,43 @@ func (c *Client) Shutdown(ctx context.Context, req *v1.ShutdownRequest) error {
 	})
 }
 
+// Announce keeps the agent told that a started task runs, until ctx ends: whenever the
+// connection to the agent closes (the agent restarted), it dials again, with a backoff while
+// the agent is not there, and repeats req. A restarted agent knows nothing of the pods that
+// were started before it; this is how it learns of them, and of the shim's PID, which it
+// watches. req has already been delivered once when Announce is called.
+func (c *Client) Announce(ctx context.Context, req *v1.StartRequest) {
+	delivered := true
+	backoff := firstBackoff
+	for ctx.Err() == nil {
+		conn, err := c.connection(ctx)
+		if err == nil && !delivered {
+			err = c.once(ctx, func(ctx context.Context, s shimapi.Service) error {
+				_, err := s.Start(ctx, req)
+				return err
+			})
+			delivered = err == nil
+		}
+		if err == nil {
+			backoff = firstBackoff
+			if conn.WaitClosed(ctx) != nil && ctx.Err() != nil {
+				return
+			}
+			c.drop(conn)
+			delivered = false
+			continue
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
 // Close closes the connection, if any.
 func (c *Client) Close() error {
 	c.mu.Lock()

@@ -199,3 +199,44 @@ func TestConfigFromEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestAnnounceRepeatsStartToARestartedAgent: after a Start, Announce waits; when the agent
+// goes away and comes back (an agent restart), it tells the new one of the running task
+// again, with the shim's PID; it returns once its context ends.
+func TestAnnounceRepeatsStartToARestartedAgent(t *testing.T) {
+	a := startAgent(t)
+	c := newClient(t, "unix://"+a.Address(), time.Second)
+	start := &v1.StartRequest{Identity: &v1.Identity{Namespace: "test", ContainerId: "c1", Sandbox: true, PoolName: "placeholder-node-a"},
+		ShimPid: uint32(os.Getpid())}
+	if err := c.Start(t.Context(), start); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Announce(ctx, start)
+	}()
+	starts := func(calls []shimapitest.Call) int {
+		n := 0
+		for _, call := range calls {
+			if call.Method == shimapitest.MethodStart {
+				n++
+			}
+		}
+		return n
+	}
+	if err := a.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Up(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer wcancel()
+	if err := a.WaitFor(wctx, func(calls []shimapitest.Call) bool { return starts(calls) >= 2 }); err != nil {
+		t.Fatalf("the restarted agent was not told of the running task: %v (calls %s)", err, shimapitest.Methods(a.CallsFor("c1")))
+	}
+	cancel()
+	<-done // Announce returns once its context ends
+}

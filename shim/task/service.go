@@ -53,6 +53,8 @@ type Agent interface {
 	Start(context.Context, *v1.StartRequest) error
 	Delete(context.Context, *v1.DeleteRequest) error
 	Shutdown(context.Context, *v1.ShutdownRequest) error
+	// Announce repeats a delivered Start to an agent that restarted, until ctx ends.
+	Announce(context.Context, *v1.StartRequest)
 	Close() error
 }
 
@@ -206,7 +208,8 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	if err := s.expect(c, task.Status_CREATED, "start"); err != nil {
 		return nil, err
 	}
-	if err := s.agent.Start(ctx, &v1.StartRequest{Identity: c.identity, ShimPid: uint32(os.Getpid())}); err != nil {
+	start := &v1.StartRequest{Identity: c.identity, ShimPid: uint32(os.Getpid())}
+	if err := s.agent.Start(ctx, start); err != nil {
 		log.G(ctx).WithError(err).WithField("id", r.ID).Error("placeholder agent did not accept the start")
 		return nil, errgrpc.ToGRPC(err)
 	}
@@ -219,6 +222,18 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	}
 	c.status = task.Status_RUNNING
 	s.send(&eventstypes.TaskStart{ContainerID: r.ID})
+	if c.identity.GetSandbox() {
+		// Tell an agent that restarts while the pod runs that it does (until the task stops).
+		actx, cancel := context.WithCancel(s.context)
+		go func() {
+			defer cancel()
+			select {
+			case <-c.exited:
+			case <-actx.Done():
+			}
+		}()
+		go s.agent.Announce(actx, start)
+	}
 	return &taskAPI.StartResponse{}, nil
 }
 
