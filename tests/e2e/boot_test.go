@@ -1,9 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -48,11 +48,9 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 		}
 		ensureClass(t)
 	})
-	data, err := os.ReadFile(manifestPath())
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := manifestState()
 	pool := getPool(t)
+	podName := mirrorPod(t).Name
 	before := containerID(mirrorPod(t))
 
 	s.CutNodeLink()
@@ -68,7 +66,7 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 
 	// The node without the API server, for bootWindow: the placeholder never runs.
 	for time.Since(t0) < bootWindow {
-		out, err := s.Crictl(ctx, "pods", "--name", "sandbox-pool-"+nodeName, "-q")
+		out, err := s.Crictl(ctx, "pods", "--name", podName, "-q")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,14 +75,14 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // the window under observation, sampled
 	}
-	if got, err := os.ReadFile(manifestPath()); err != nil || !bytes.Equal(got, data) {
-		t.Errorf("the manifest did not survive the boot: %v", err)
+	if got := manifestState(); !maps.Equal(got, data) {
+		t.Errorf("the manifests did not survive the boot: %d files, were %d", len(got), len(data))
 	}
 	st := nodeCtlState(t)
 	if st == nil || st.Pool.UID != string(pool.UID) || st.AppliedResources["memory"] != baseMemory {
 		t.Errorf("node-ctl after the boot: %+v; want the pool's config applied", st)
 	}
-	why := kubeletSays(s.Kubelet.Log, kubeletLogStart, "sandbox-pool-"+nodeName, "RuntimeClass")
+	why := kubeletSays(s.Kubelet.Log, kubeletLogStart, podName, "RuntimeClass")
 	if why == "" {
 		t.Errorf("kubelet's log does not say why the pod does not start")
 	}
@@ -107,7 +105,7 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 	t1 := time.Now()
 	eventually(t, "the placeholder running again in a new container", 2*time.Minute, func() (bool, string) {
 		pod := mirrorPod(t)
-		out, err := s.Crictl(ctx, "pods", "--name", "sandbox-pool-"+nodeName, "--state", "ready", "-q")
+		out, err := s.Crictl(ctx, "pods", "--name", podName, "--state", "ready", "-q")
 		return podReady(pod) && containerID(pod) != before && err == nil && strings.TrimSpace(out) != "",
 			fmt.Sprintf("%s, container %s (before the reboot %s), ready sandboxes %q", podState(pod), containerID(pod), before, strings.TrimSpace(out))
 	})

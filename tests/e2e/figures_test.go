@@ -2,12 +2,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // FiguresEnv turns on TestFigures (make e2e-figures sets it).
@@ -24,8 +30,6 @@ func TestFigures(t *testing.T) {
 	s := requireStack(t)
 	ctx := context.Background()
 	ensureClass(t)
-	// The manifest runs leave the placeholder container in a long restart back-off: the
-	// next test starts from a fresh pool.
 	t.Cleanup(func() { deleteClass(t) })
 
 	// Class applied → pool Ready, on a node whose node-ctl runs (as on a node joining a
@@ -57,38 +61,99 @@ func TestFigures(t *testing.T) {
 	figure(t, "mirror pod deleted → new mirror pod", mirror)
 	figure(t, "mirror pod deleted → new mirror pod Running and Ready", mirrorReady)
 
-	var up, down []time.Duration
-	for range 3 {
-		for _, step := range []struct {
-			mem string
-			out *[]time.Duration
-		}{{"192Mi", &up}, {baseMemory, &down}} {
+	// Resizes with the lock watcher on: the scheduler's count of the lock (every change of
+	// the mirror pods, by watch), kubelet's (its /pods, every 10 ms) and the pool's phase.
+	base := resources(baseCPU, baseMemory)
+	type resizeRun struct {
+		name   string
+		to     corev1.ResourceList
+		change func()
+	}
+	var gaps = map[string][]watchResult{}
+	var took = map[string][]time.Duration{}
+	runs := []resizeRun{
+		{"scale up 500m/128Mi → 700m/192Mi", resources("700m", "192Mi"), nil},
+		{"scale down 700m/192Mi → 500m/128Mi", base, nil},
+		{"template change (an annotation)", base, nil},
+	}
+	for i := range 5 {
+		for _, r := range runs {
+			old := requestsOf(mirrorPods(t)...)
+			w := watchLock(t, old, r.to)
 			t0 := time.Now()
-			setClassResources(t, resources(baseCPU, step.mem))
-			waitPhase(t, v1alpha1.PhaseReady, 2*time.Minute, func(p *v1alpha1.SandboxPool) bool {
-				r := p.Status.Resize
-				return r != nil && r.Status == v1alpha1.ResizeCompleted && r.RequestedMemory != nil && r.RequestedMemory.String() == step.mem
-			})
-			*step.out = append(*step.out, time.Since(t0))
-			waitSynced(t, baseCPU, step.mem, time.Minute)
+			if strings.HasPrefix(r.name, "template") {
+				setClassAnnotation(t, "e2e.sandbox-pool.io/run", fmt.Sprint(i))
+			} else {
+				setClassResources(t, r.to)
+			}
+			waitSynced(t, r.to.Cpu().String(), r.to.Memory().String(), time.Minute)
+			if strings.HasPrefix(r.name, "template") {
+				eventually(t, "the template change applied", time.Minute, func() (bool, string) {
+					pods := mirrorPods(t)
+					return len(pods) == 1 && pods[0].Annotations["e2e.sandbox-pool.io/run"] == fmt.Sprint(i) && podReady(&pods[0]), ""
+				})
+			}
+			took[r.name] = append(took[r.name], time.Since(t0))
+			gaps[r.name] = append(gaps[r.name], w.check(r.name))
 		}
 	}
-	figure(t, "resize request → Completed, scale up 128Mi → 192Mi", up)
-	figure(t, "resize request → Completed, safe scale down 192Mi → 128Mi", down)
+	// Without room for a second copy: a regular pod takes all the cpu but 100m.
+	fill := free(t)[corev1.ResourceCPU]
+	fill.Sub(resource.MustParse("100m"))
+	createRunning(t, regularPod("figures-filler", corev1.ResourceList{corev1.ResourceCPU: fill, corev1.ResourceMemory: resource.MustParse("16Mi")}))
+	for range 5 {
+		for _, to := range []corev1.ResourceList{resources("400m", baseMemory), base} {
+			name := "scale down 500m → 400m cpu, no room for a second copy"
+			if to.Cpu().Cmp(resource.MustParse(baseCPU)) == 0 {
+				name = "scale up 400m → 500m cpu, into the room the scale-down freed"
+			}
+			w := watchLock(t, requestsOf(mirrorPods(t)...), to)
+			t0 := time.Now()
+			setClassResources(t, to)
+			waitSynced(t, to.Cpu().String(), baseMemory, time.Minute)
+			took[name] = append(took[name], time.Since(t0))
+			gaps[name] = append(gaps[name], w.check(name))
+		}
+	}
+	deletePodNow(t, metav1.NamespaceDefault, "figures-filler")
+	for _, name := range slices.Sorted(maps.Keys(gaps)) {
+		resizeFigure(t, name, took[name], gaps[name])
+	}
 
-	// Last: each deletion lengthens kubelet's restart back-off of the placeholder container
-	// (same pod UID), so the pod's container is not waited for here.
 	var restored, back []time.Duration
 	for range 10 {
-		data, err := os.ReadFile(manifestPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, b := deleteManifest(t, data)
+		r, b := deleteManifest(t)
 		restored, back = append(restored, r), append(back, b)
+		waitSynced(t, baseCPU, baseMemory, time.Minute)
 	}
-	figure(t, "manifest deleted → restored by the agent", restored)
-	figure(t, "manifest deleted → placeholder sandbox running again (CRI)", back)
+	figure(t, "manifest deleted → the lock restored by a new placeholder pod", restored)
+	figure(t, "manifest deleted → the new placeholder sandbox running (CRI)", back)
+}
+
+// resizeFigure prints a FIGURE line for a resize: how long it took, and over all runs the
+// longest interval each count of the lock was below min(old, new) and the pool not Ready,
+// with the readings behind them.
+func resizeFigure(t *testing.T, name string, took []time.Duration, runs []watchResult) {
+	t.Helper()
+	figure(t, "resize "+name+" → synced", took)
+	for _, v := range []string{viewScheduler, viewKubelet, viewReady} {
+		var longest, maxStep time.Duration
+		readings, bad := 0, 0
+		for _, r := range runs {
+			x := r.view(v)
+			longest, maxStep = max(longest, x.gap), max(maxStep, x.maxStep)
+			readings, bad = readings+x.samples, bad+x.bad
+		}
+		what := "below min(old, new)"
+		if v == viewReady {
+			what = "not Ready"
+		}
+		how := fmt.Sprintf("%d of %d samples, at most %s apart", bad, readings, maxStep.Round(time.Millisecond))
+		if v == viewScheduler {
+			how = fmt.Sprintf("%d of %d changes, read by watch", bad, readings)
+		}
+		t.Logf("FIGURE %s: %s %s longest %s (%s, %d runs)", name, v, what, longest.Round(time.Millisecond), how, len(runs))
+	}
 }
 
 // figure prints a FIGURE line: p50, min and max of the runs.

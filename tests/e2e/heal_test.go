@@ -1,14 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,33 +75,23 @@ func deleteMirrorPod(t testing.TB, pod *corev1.Pod) (created, ready time.Duratio
 	return created, ready
 }
 
-// TestManifestDeletedIsRestored: the agent rewrites a deleted manifest at once, byte for
-// byte. kubelet sees the file go and come back: it stops the static pod and starts it again
-// (a new sandbox at once, the container after kubelet's restart back-off; the mirror pod
-// object stays, and so do the pod's requests in kubelet's and the scheduler's accounting);
-// node-ctl is not restarted.
+// TestManifestDeletedIsRestored: the agent restores the lock of a deleted manifest at
+// once, with a new placeholder pod of its own (a new piece number, so kubelet does not hold
+// it back behind the old pod of the same name). kubelet stops the old pod when its file
+// goes and starts the new one; node-ctl is not restarted.
 func TestManifestDeletedIsRestored(t *testing.T) {
 	requireStack(t)
 	ensureClass(t)
-	data, err := os.ReadFile(manifestPath())
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := mirrorPod(t)
 	nc := nodeCtlIdentity(t)
 
-	restored, sandbox := deleteManifest(t, data)
-	t0 := time.Now()
-	eventually(t, "the mirror pod Ready (its container restarted)", 2*time.Minute, func() (bool, string) {
-		p := mirrorPod(t)
-		return podReady(p) && containerID(p) != containerID(before), podState(p)
-	})
+	restored, sandbox := deleteManifest(t)
+	waitSynced(t, baseCPU, baseMemory, time.Minute)
 	after := mirrorPod(t)
-	t.Logf("manifest deleted → restored in %s; the placeholder's sandbox running again in %s; its container and the mirror pod Ready %s later (uid %s → %s, container %s → %s)",
-		restored.Round(time.Millisecond), sandbox.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond),
-		before.UID, after.UID, containerID(before), containerID(after))
-	if after.UID != before.UID {
-		t.Errorf("the mirror pod was replaced: %s → %s", before.UID, after.UID)
+	t.Logf("manifest deleted → the lock restored by %s in %s; its sandbox running in %s (mirror pod %s → %s)",
+		after.Name, restored.Round(time.Millisecond), sandbox.Round(time.Millisecond), before.Name, after.Name)
+	if after.Name == before.Name {
+		t.Errorf("the lock was restored under the old pod's name %s", after.Name)
 	}
 	if now := nodeCtlIdentity(t); now != nc {
 		t.Errorf("node-ctl restarted: %s → %s", nc, now)
@@ -108,39 +99,53 @@ func TestManifestDeletedIsRestored(t *testing.T) {
 	waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, nil)
 }
 
-// deleteManifest removes the manifest and returns how long until it is back (the same
-// bytes) and until the placeholder pod's sandbox runs again: kubelet watches the directory
-// and stops the static pod when its file goes, before the agent's rewrite brings it back,
-// then starts a new sandbox (the shim's Start of it is the agent's PlaceholderPodReady). The
-// pod's container follows after kubelet's restart back-off: kubelet counts the stop as a
-// restart of the same pod (same content, same UID), 10 s the first time, doubling up to
-// 5 min on repeated deletions.
-func deleteManifest(t testing.TB, data []byte) (restored, sandbox time.Duration) {
+// deleteManifest removes the pool's manifest (one piece, at rest) and returns how long until
+// a new manifest of the agent's holds the pool's resources again, and until its placeholder
+// sandbox runs.
+func deleteManifest(t testing.TB) (restored, sandbox time.Duration) {
 	t.Helper()
-	old := readyPlaceholderSandbox(t)
+	files := pieceFiles()
+	if len(files) != 1 {
+		t.Fatalf("%d manifests, want 1", len(files))
+	}
+	old := readyPlaceholderSandboxes(t)
 	t0 := time.Now()
-	if err := os.Remove(manifestPath()); err != nil {
+	if err := os.Remove(files[0].Path); err != nil {
 		t.Fatal(err)
 	}
-	restored = eventually(t, "manifest restored", 10*time.Second, func() (bool, string) {
-		got, err := os.ReadFile(manifestPath())
-		return err == nil && bytes.Equal(got, data), fmt.Sprint(err)
+	restored = eventually(t, "the lock restored by a new manifest", 10*time.Second, func() (bool, string) {
+		now := pieceFiles()
+		return len(now) == 1 && now[0].Path != files[0].Path && equalLists(now[0].Resources, files[0].Resources),
+			fmt.Sprintf("%d manifests", len(now))
 	})
-	eventually(t, "the placeholder's sandbox running again", time.Minute, func() (bool, string) {
-		now := readyPlaceholderSandbox(t)
-		return now != "" && now != old, fmt.Sprintf("ready sandbox %q (before: %q)", now, old)
+	eventually(t, "the new placeholder's sandbox running", time.Minute, func() (bool, string) {
+		now := readyPlaceholderSandboxes(t)
+		return len(now) == 1 && !slices.Contains(old, now[0]), fmt.Sprintf("ready sandboxes %q (before: %q)", now, old)
 	})
 	return restored, time.Since(t0)
 }
 
-// readyPlaceholderSandbox is the id of the placeholder pod's ready sandbox as containerd's
-// CRI has it ("" when there is none).
-func readyPlaceholderSandbox(t testing.TB) string {
+// readyPlaceholderSandboxes are the ids of the pool's ready placeholder sandboxes as
+// containerd's CRI has them.
+func readyPlaceholderSandboxes(t testing.TB) []string {
 	t.Helper()
-	out, err := suite.s.Crictl(context.Background(), "pods", "--state", "ready", "--name", "sandbox-pool-"+nodeName,
-		"--namespace", v1alpha1.DefaultPodNamespace, "-q")
+	out, err := suite.s.Crictl(context.Background(), "pods", "--state", "ready",
+		"--label", v1alpha1.LabelPoolName+"="+naming.LabelValue(poolName), "--namespace", v1alpha1.DefaultPodNamespace, "-q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(out)
+	return strings.Fields(out)
+}
+
+// equalLists compares two resource lists by value.
+func equalLists(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
 }

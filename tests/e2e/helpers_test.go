@@ -3,8 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,14 +121,13 @@ func deleteClass(t testing.TB) {
 
 func waitClassGone(t testing.TB) {
 	t.Helper()
-	eventually(t, "class, pool, manifest and mirror pod gone", time.Minute, func() (bool, string) {
+	eventually(t, "class, pool, manifests and mirror pods gone", time.Minute, func() (bool, string) {
 		var c v1alpha1.SandboxPoolClass
 		cerr := k8s.Get(context.Background(), types.NamespacedName{Name: className}, &c)
 		p := getPool(t)
-		_, ferr := os.Stat(manifestPath())
-		pod := mirrorPod(t)
-		return apierrors.IsNotFound(cerr) && p == nil && os.IsNotExist(ferr) && pod == nil,
-			fmt.Sprintf("class: %v, pool: %v, manifest: %v, mirror pod: %v", cerr, p != nil, ferr, pod != nil)
+		files, pods := pieceFiles(), mirrorPods(t)
+		return apierrors.IsNotFound(cerr) && p == nil && len(files) == 0 && len(pods) == 0,
+			fmt.Sprintf("class: %v, pool: %v, manifests: %d, mirror pods: %d", cerr, p != nil, len(files), len(pods))
 	})
 }
 
@@ -145,35 +145,90 @@ func getPool(t testing.TB) *v1alpha1.SandboxPool {
 	return &p
 }
 
-// mirrorPod returns the pool's mirror pod as the API server has it (not being deleted),
-// nil when there is none.
-func mirrorPod(t testing.TB) *corev1.Pod {
+// The pool's lock is a set of placeholder pods, its pieces (docs/agent.md, "The lock"). On
+// this node, which has room, a resize ends with one piece.
+
+// mirrorPods returns the pool's mirror pods as the API server has them (not being
+// deleted), in name order.
+func mirrorPods(t testing.TB) []corev1.Pod {
 	t.Helper()
-	p, err := findMirrorPod()
+	pods, err := poolPods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
-// findMirrorPod is mirrorPod for goroutines other than the test's: it returns the error.
-func findMirrorPod() (*corev1.Pod, error) {
-	pods, err := kube.CoreV1().Pods(v1alpha1.DefaultPodNamespace).List(context.Background(), metav1.ListOptions{
+// mirrorPod returns the pool's newest mirror pod (the highest piece number) not being
+// deleted, nil when there is none.
+func mirrorPod(t testing.TB) *corev1.Pod {
+	t.Helper()
+	var newest *corev1.Pod
+	for _, p := range mirrorPods(t) {
+		if newest == nil || pieceOf(p.Name) > pieceOf(newest.Name) {
+			newest = &p
+		}
+	}
+	return newest
+}
+
+// pieceOf is the piece number in a placeholder mirror pod's name, 0 when it has none.
+func pieceOf(mirror string) int {
+	rest, _ := strings.CutSuffix(mirror, "-"+nodeName)
+	n, _ := strconv.Atoi(strings.TrimPrefix(rest, v1alpha1.PlaceholderPodName+"-"))
+	return n
+}
+
+// poolPods lists every placeholder mirror pod of the pool, being deleted or failed too.
+func poolPods(ctx context.Context) ([]corev1.Pod, error) {
+	pods, err := kube.CoreV1().Pods(v1alpha1.DefaultPodNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: v1alpha1.LabelPoolName + "=" + naming.LabelValue(poolName),
 	})
 	if err != nil {
 		return nil, err
 	}
-	for i := range pods.Items {
-		if pods.Items[i].DeletionTimestamp == nil {
-			return &pods.Items[i], nil
-		}
-	}
-	return nil, nil
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods.Items, nil
 }
 
-func manifestPath() string {
-	return filepath.Join(suite.s.ManifestDir(), manifest.FileName(poolName))
+// pieceFiles are the pool's manifests on the node, in piece order.
+func pieceFiles() []manifest.File {
+	files, _ := manifest.Pieces(suite.s.ManifestDir(), poolName)
+	return files
+}
+
+// manifestState is the pool's manifests as bytes by file name, to tell whether any changed.
+func manifestState() map[string]string {
+	out := map[string]string{}
+	for _, f := range pieceFiles() {
+		out[filepath.Base(f.Path)] = string(f.Data)
+	}
+	return out
+}
+
+// requestsOf sums the containers' requests of pods.
+func requestsOf(pods ...corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, p := range pods {
+		for _, c := range p.Spec.Containers {
+			addList(out, c.Resources.Requests)
+		}
+	}
+	return out
+}
+
+func addList(to, l corev1.ResourceList) {
+	for k, v := range l {
+		q := to[k]
+		q.Add(v)
+		to[k] = q
+	}
 }
 
 func condOf(p *v1alpha1.SandboxPool, typ string) *metav1.Condition {
@@ -225,25 +280,31 @@ func nodeCtlState(t testing.TB) *api.State {
 }
 
 // waitSynced waits until the pool runs cpu and memory everywhere: node-ctl applied them,
-// the running mirror pod requests them, the pool is Ready with ResourceSynced=True.
+// its mirror pods request them in all and are all ready, the pool is Ready with
+// ResourceSynced=True. (On a node with room a resize ends with one placeholder pod; without,
+// the pieces of a growth stay apart until the node has room to fold them.)
 func waitSynced(t testing.TB, cpu, memory string, within time.Duration) time.Duration {
 	t.Helper()
 	wantCPU, wantMem := resource.MustParse(cpu), resource.MustParse(memory)
 	return eventually(t, fmt.Sprintf("pool Ready and synced at cpu %s, memory %s", cpu, memory), within, func() (bool, string) {
 		p := getPool(t)
 		st := nodeCtlState(t)
-		pod := mirrorPod(t)
-		if p == nil || st == nil || pod == nil {
-			return false, fmt.Sprintf("pool %v, node-ctl state %v, mirror pod %v; %s", p != nil, st != nil, pod != nil, describe(p))
+		pods := mirrorPods(t)
+		if p == nil || st == nil || len(pods) == 0 {
+			return false, fmt.Sprintf("pool %v, node-ctl state %v, mirror pods %d; %s", p != nil, st != nil, len(pods), describe(p))
 		}
-		req := pod.Spec.Containers[0].Resources.Requests
+		req := requestsOf(pods...)
+		ready := true
+		for i := range pods {
+			ready = ready && podReady(&pods[i])
+		}
 		appliedMem, _ := resource.ParseQuantity(st.AppliedResources[api.ResourceMemory])
 		appliedCPU, _ := resource.ParseQuantity(st.AppliedResources[api.ResourceCPU])
 		ok := p.Status.Phase == v1alpha1.PhaseReady && condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) &&
-			podReady(pod) && req.Memory().Cmp(wantMem) == 0 && req.Cpu().Cmp(wantCPU) == 0 &&
+			ready && req.Memory().Cmp(wantMem) == 0 && req.Cpu().Cmp(wantCPU) == 0 &&
 			appliedMem.Cmp(wantMem) == 0 && appliedCPU.Cmp(wantCPU) == 0
-		return ok, fmt.Sprintf("node-ctl %v, pod requests %s/%s (%s); %s", st.AppliedResources,
-			req.Cpu(), req.Memory(), pod.Status.Phase, describe(p))
+		return ok, fmt.Sprintf("node-ctl %v, %d mirror pods request %s/%s (all ready: %v); %s", st.AppliedResources,
+			len(pods), req.Cpu(), req.Memory(), ready, describe(p))
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -66,7 +65,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 		t.Errorf("mirror pod overhead %v, want none (kubelet's static pod has none)", pod.Spec.Overhead)
 	}
 	// containerd runs its sandbox with the placeholder handler.
-	out, err := s.Crictl(ctx, "pods", "--name", "sandbox-pool-"+nodeName, "--state", "ready", "-o", "json")
+	out, err := s.Crictl(ctx, "pods", "--label", v1alpha1.LabelPoolName+"="+naming.LabelValue(poolName), "--state", "ready", "-o", "json")
 	if err != nil {
 		t.Fatalf("crictl pods: %v: %s", err, out)
 	}
@@ -105,7 +104,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 	t0 = time.Now()
 	eventually(t, "manifest, mirror pod and pool gone", time.Minute, func() (bool, string) {
 		since := time.Since(t0)
-		if _, err := os.Stat(manifestPath()); os.IsNotExist(err) && manifestGone == 0 {
+		if len(pieceFiles()) == 0 && manifestGone == 0 {
 			manifestGone = since
 		}
 		if mirrorPod(t) == nil && podGone == 0 {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -111,11 +112,15 @@ func clients(s *stack.Stack) error {
 			return err
 		}
 	}
+	// The tests' own reads must not queue behind client-go's default 5 requests/s: the lock
+	// watcher reads every 10 ms.
+	cfg := rest.CopyConfig(s.Admin)
+	cfg.QPS, cfg.Burst = -1, 0
 	var err error
-	if k8s, err = client.New(s.Admin, client.Options{Scheme: scheme}); err != nil {
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	kube, err = kubernetes.NewForConfig(s.Admin)
+	kube, err = kubernetes.NewForConfig(cfg)
 	return err
 }
 

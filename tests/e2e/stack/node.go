@@ -157,7 +157,7 @@ imports = ['%[2]s']
 // kubeletConfig is the KubeletConfiguration of the node (REAL-STACK.md: cgroup v1 host →
 // failCgroupV1 false, cgroupfs). Everything kubelet writes is below the node's directory;
 // its pod cgroups are below cgroupRoot; it opens no port (enableServer false, no healthz or
-// read-only port) and touches no iptables. One host-wide effect remains: like every kubelet
+// read-only port but on loopback) and touches no iptables. One host-wide effect remains: like every kubelet
 // without protectKernelDefaults (which would refuse to start instead), it sets the kernel
 // tunables it expects — vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
 // kernel.panic_on_oops=1 — and they stay set after it stops.
@@ -173,6 +173,7 @@ type kubeletConfig struct {
 	SyncFrequency               string            `json:"syncFrequency"`
 	PodLogsDir                  string            `json:"podLogsDir"`
 	EnableServer                bool              `json:"enableServer"`
+	Address                     string            `json:"address"`
 	HealthzPort                 int               `json:"healthzPort"`
 	ReadOnlyPort                int               `json:"readOnlyPort"`
 	MakeIPTablesUtilChains      bool              `json:"makeIPTablesUtilChains"`
@@ -182,9 +183,10 @@ type kubeletConfig struct {
 	Authentication              map[string]any    `json:"authentication"`
 	Authorization               map[string]any    `json:"authorization"`
 	RegisterNode                bool              `json:"registerNode"`
+	SystemReserved              map[string]string `json:"systemReserved,omitempty"`
 }
 
-func writeKubeletConfig(p nodePaths, cgroupRoot string) error {
+func writeKubeletConfig(p nodePaths, cgroupRoot string, readOnlyPort int, systemReserved map[string]string) error {
 	c := kubeletConfig{
 		APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration",
 		FailCgroupV1: false, CgroupDriver: "cgroupfs", CgroupRoot: cgroupRoot,
@@ -196,7 +198,11 @@ func writeKubeletConfig(p nodePaths, cgroupRoot string) error {
 		// this sync (kubelet's default: 1 min).
 		SyncFrequency: "10s",
 		PodLogsDir:    p.podLogs,
-		EnableServer:  false, HealthzPort: 0, ReadOnlyPort: 0,
+		EnableServer:  false, HealthzPort: 0,
+		// The read-only port on loopback serves kubelet's /pods: the pods kubelet has
+		// admitted, static ones with their status, which the end-to-end invariant watcher
+		// reads (a test observer; production kubelets keep it off).
+		Address: "127.0.0.1", ReadOnlyPort: readOnlyPort,
 		MakeIPTablesUtilChains: false,
 		// A shared test machine's disk must not evict the placeholder pod.
 		EvictionHard:                map[string]string{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
@@ -204,6 +210,7 @@ func writeKubeletConfig(p nodePaths, cgroupRoot string) error {
 		Authentication: map[string]any{"anonymous": map[string]any{"enabled": false}, "webhook": map[string]any{"enabled": false}},
 		Authorization:  map[string]any{"mode": "AlwaysAllow"},
 		RegisterNode:   true,
+		SystemReserved: systemReserved,
 	}
 	b, err := yaml.Marshal(c)
 	if err != nil {

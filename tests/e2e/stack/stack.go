@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,6 +125,11 @@ type Stack struct {
 
 	link         *link  // the node's path to the API server
 	agentHealthz string // the agent's /healthz and /readyz address
+	// webhookHealth is the webhook's /healthz and /readyz address.
+	webhookHealth string
+	// kubeletReadOnly is kubelet's read-only port on loopback (host:port).
+	kubeletReadOnly     string
+	kubeletReadOnlyPort int
 	// leaseKubeconfig is the agent's Lease identity: the per-node service account
 	// sandbox-pool-node-lease/placeholder-agent-<node>.
 	leaseKubeconfig string
@@ -275,11 +281,17 @@ func (s *Stack) startWebhook(ctx context.Context) error {
 		"--cert-dir=" + wo.LocalServingCertDir,
 		"--metrics-addr=" + freeAddr(), "--health-addr=" + health,
 	})
+	s.webhookHealth = health
 	s.Opts.Logf("starting the webhook as %s", WebhookUser)
+	return s.StartWebhook(ctx)
+}
+
+// StartWebhook starts the webhook's process and waits until it is ready.
+func (s *Stack) StartWebhook(ctx context.Context) error {
 	if err := s.Webhook.Start(); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, s.Webhook, "http://"+health+"/readyz", time.Minute)
+	return waitHTTP(ctx, s.Webhook, "http://"+s.webhookHealth+"/readyz", time.Minute)
 }
 
 func (s *Stack) startController(ctx context.Context) error {
@@ -316,7 +328,17 @@ func (s *Stack) startNode(ctx context.Context) error {
 	if err := writeContainerdConfig(p); err != nil {
 		return err
 	}
-	if err := writeKubeletConfig(p, s.CgroupRoot); err != nil {
+	s.kubeletReadOnly = freeAddr()
+	_, port, err := net.SplitHostPort(s.kubeletReadOnly)
+	if err != nil {
+		return err
+	}
+	portNum, err := strconv.Atoi(port)
+	if err != nil {
+		return err
+	}
+	s.kubeletReadOnlyPort = portNum
+	if err := writeKubeletConfig(p, s.CgroupRoot, portNum, nil); err != nil {
 		return err
 	}
 	u, err := url.Parse(s.CP.Config.Host)
@@ -542,6 +564,23 @@ func (s *Stack) NodeReady(ctx context.Context) bool {
 	}
 	return false
 }
+
+// RestartKubelet stops kubelet (SIGTERM) and starts it again with systemReserved in its
+// configuration (nil: none, as at the start), then waits until it serves /pods. kubelet
+// admits every pod again when it starts, static ones included.
+func (s *Stack) RestartKubelet(ctx context.Context, systemReserved map[string]string) error {
+	if err := writeKubeletConfig(s.paths, s.CgroupRoot, s.kubeletReadOnlyPort, systemReserved); err != nil {
+		return err
+	}
+	if err := s.Kubelet.Restart(30 * time.Second); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, s.Kubelet, s.KubeletPodsURL(), 2*time.Minute)
+}
+
+// KubeletPodsURL is kubelet's /pods on its read-only port: the pods kubelet knows, static
+// pods with the status kubelet gave them (a refused one is Failed).
+func (s *Stack) KubeletPodsURL() string { return "http://" + s.kubeletReadOnly + "/pods" }
 
 // ManifestDir is kubelet's staticPodPath and the agent's --manifest-dir.
 func (s *Stack) ManifestDir() string { return s.paths.manifests }
