@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -107,7 +108,10 @@ func (r *PoolReconciler) deleteLease(ctx context.Context, pool *v1alpha1.Sandbox
 // controls the pool (the pool itself disappears), or the pool when no class does.
 func classOf(pool *v1alpha1.SandboxPool) runtime.Object {
 	ref := metav1.GetControllerOf(pool)
-	if ref == nil || ref.Kind != v1alpha1.KindSandboxPoolClass || ref.APIVersion != v1alpha1.SchemeGroupVersion.String() {
+	if ref == nil || ref.Kind != v1alpha1.KindSandboxPoolClass {
+		return pool
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != v1alpha1.GroupName {
 		return pool
 	}
 	return &v1alpha1.SandboxPoolClass{
