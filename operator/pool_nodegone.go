@@ -54,7 +54,8 @@ func decideNodeGone(conds []metav1.Condition, now time.Time, grace time.Duration
 }
 
 // deleteIfNodeGone deletes the pool when decideNodeGone says so and the API server (not
-// the cache, which may not have a returning node yet) confirms the node is absent. The
+// the cache, which may not have a returning node yet) confirms the node is absent, at the
+// version the decision was made on. The
 // pool's deletion goes through its finalizer (released at once, since the node is gone),
 // which deletes the agent's Lease; a pool without the finalizer has its Lease deleted here
 // first. It reports whether the pool was deleted, or how long until it may be.
@@ -80,9 +81,13 @@ func (r *PoolReconciler) deleteIfNodeGone(ctx context.Context, pool *v1alpha1.Sa
 			return false, 0, err
 		}
 	}
-	if err := r.Client.Delete(ctx, pool, client.Preconditions{UID: &pool.UID}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return true, 0, nil
+	// The resourceVersion precondition makes a pass that read a stale copy (the pool already
+	// deleted by an earlier pass, whose update the cache has not shown yet) a conflict
+	// rather than a second deletion, event and count: the newer version's event brings the
+	// pool back.
+	if err := r.Client.Delete(ctx, pool, client.Preconditions{UID: &pool.UID, ResourceVersion: &pool.ResourceVersion}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return false, 0, nil
 		}
 		return false, 0, fmt.Errorf("deleting pool %s of node %s, gone: %w", pool.Name, pool.Spec.NodeName, err)
 	}

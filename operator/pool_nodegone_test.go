@@ -192,11 +192,20 @@ func TestPoolOfGoneNodeDeletedAtDeadline(t *testing.T) {
 	}
 
 	f.clock.SetTime(t0.Add(testGrace))
+	var stale v1alpha1.SandboxPool
+	if err := f.c.Get(context.Background(), f.pool, &stale); err != nil {
+		t.Fatal(err)
+	}
 	if res := f.reconcile(t); res.RequeueAfter != 0 {
 		t.Errorf("at the deadline: requeue after %s, want none", res.RequeueAfter)
 	}
 	if s := f.poolState(t); s != "deleting" {
 		t.Fatalf("at the deadline the pool is %s, want deleting (held by its finalizer)", s)
+	}
+	// A pass that reads the pool as it was before its deletion (a cache behind) deletes
+	// nothing more.
+	if deleted, _, err := f.reconciler().deleteIfNodeGone(context.Background(), &stale, stale.Status.Conditions, f.clock.Now()); err != nil || deleted {
+		t.Errorf("a pass on the stale copy: deleted %v, err %v; want nothing done", deleted, err)
 	}
 	f.reconcile(t) // the finalizer's pass
 	if s := f.poolState(t); s != "gone" {
