@@ -53,12 +53,12 @@ func decideNodeGone(conds []metav1.Condition, now time.Time, grace time.Duration
 	return true, 0
 }
 
-// deleteIfNodeGone deletes the pool when decideNodeGone says so and the API server (not
-// the cache, which may not have a returning node yet) confirms the node is absent, at the
-// version the decision was made on. The
-// pool's deletion goes through its finalizer (released at once, since the node is gone),
-// which deletes the agent's Lease; a pool without the finalizer has its Lease deleted here
-// first. It reports whether the pool was deleted, or how long until it may be.
+// deleteIfNodeGone deletes the pool, at the version the decision was made on, when
+// decideNodeGone says so and the API server (not the cache, which may not have a returning
+// node yet) confirms the node is absent. The deletion goes through the pool's finalizer
+// (released at once, since the node is gone), which deletes the agent's Lease; a pool
+// without the finalizer has its Lease deleted here first. It reports whether the pool was
+// deleted, or how long until it may be.
 func (r *PoolReconciler) deleteIfNodeGone(ctx context.Context, pool *v1alpha1.SandboxPool, conds []metav1.Condition, now time.Time) (bool, time.Duration, error) {
 	grace := r.NodeGoneGrace
 	if grace <= 0 {
