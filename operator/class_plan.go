@@ -52,8 +52,9 @@ type planInput struct {
 }
 
 // planClass decides, per node, "should have a pool" (exists and matches the selector) and
-// compares with the pools that exist. A pool whose node is gone is kept: its pool reports
-// NodeNotFound and is Unready, which is what an operator looking for the node expects to see.
+// compares with the pools that exist. A pool whose node is gone is left to the pool
+// controller: it reports NodeNotFound and is Unready, and is deleted after --node-gone-grace
+// (pool_nodegone.go); a node that returns is a node without a pool, which gets one here.
 func planClass(in planInput) classPlan {
 	var p classPlan
 	ours := make(map[string]bool, len(in.Pools))

@@ -37,6 +37,9 @@ type Options struct {
 	NodeCtlUnreadyAfter time.Duration
 	// FinalizerTimeout: a deleted pool whose mirror pod stays this long is released anyway.
 	FinalizerTimeout time.Duration
+	// NodeGoneGrace: the pool of a node gone this long (and whose agent's Lease is not
+	// renewed) is deleted, with its Lease.
+	NodeGoneGrace time.Duration
 	// MaxConcurrentReconciles per controller.
 	MaxConcurrentReconciles int
 	// BurstCreates caps the pool creates of one class reconcile.
@@ -68,6 +71,7 @@ func DefaultOptions() Options {
 		LeaseTTL:                DefaultLeaseTTL,
 		NodeCtlUnreadyAfter:     phase.DefaultNodeCtlUnreadyAfter,
 		FinalizerTimeout:        DefaultFinalizerTimeout,
+		NodeGoneGrace:           DefaultNodeGoneGrace,
 		MaxConcurrentReconciles: 4,
 		BurstCreates:            DefaultBurstCreates,
 		KubeAPIQPS:              50,
@@ -90,6 +94,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "A pool whose agent Lease is not renewed for this long gets PlaceholderAgentHealthy=False.")
 	fs.DurationVar(&o.NodeCtlUnreadyAfter, "nodectl-unready-after", o.NodeCtlUnreadyAfter, "How long node-ctl may be down (status.nodeCtl.downSince) before a Degraded pool becomes Unready.")
 	fs.DurationVar(&o.FinalizerTimeout, "finalizer-timeout", o.FinalizerTimeout, "How long a deleted pool waits for its mirror pod before its finalizer is removed anyway (with a Warning event).")
+	fs.DurationVar(&o.NodeGoneGrace, "node-gone-grace", o.NodeGoneGrace, "How long a pool's node must have been gone (NodeNotFound=True), with its agent's Lease not renewed, before the pool and its Lease are deleted. Must be positive.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "Pools (and, separately, classes) reconciled at once.")
 	fs.IntVar(&o.BurstCreates, "burst-creates", o.BurstCreates, "Most pools one class reconcile creates (in slow-start batches 1, 2, 4, …); the rest follow.")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the API server (client-side limit, for each of the two controllers: the class controller's creates and the pool controller's status writes do not share it).")
@@ -114,6 +119,9 @@ func (o *Options) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.flag, d.v))
 		}
+	}
+	if o.NodeGoneGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--node-gone-grace must be positive, got %s: it is how long a node must have been gone before its pool is deleted (no value turns the deletion off; a long one, e.g. 24h, keeps such pools that long)", o.NodeGoneGrace))
 	}
 	if o.LeaseNamespace == "" {
 		errs = append(errs, errors.New("--lease-namespace must not be empty"))
@@ -226,7 +234,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&PoolReconciler{
 		Client: poolClient, APIReader: mgr.GetAPIReader(), Recorder: rec, Clock: o.Clock, LeaseNamespace: o.LeaseNamespace,
 		LeaseTTL: o.LeaseTTL, NodeCtlUnreadyAfter: o.NodeCtlUnreadyAfter, FinalizerTimeout: o.FinalizerTimeout,
-		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		NodeGoneGrace: o.NodeGoneGrace, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the pool controller: %w", err)
 	}

@@ -36,6 +36,11 @@ var (
 		Name: "sandboxpool_pool_finalizer_releases_total",
 		Help: "Pool finalizers the controller removed, by why: the mirror pod was gone, the node was gone, or the finalizer timeout forced it.",
 	}, []string{"cause"})
+
+	nodeGonePoolsDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sandboxpool_node_gone_pools_deleted_total",
+		Help: "Pools the controller deleted because their node had been gone for --node-gone-grace and their agent's Lease was not renewed.",
+	})
 )
 
 // phaseUnknown labels pools that have no phase yet.
@@ -44,7 +49,7 @@ const phaseUnknown = "Unknown"
 var allPhases = []v1alpha1.SandboxPoolPhase{v1alpha1.PhasePending, v1alpha1.PhaseReady, v1alpha1.PhaseDegraded, v1alpha1.PhaseUnready, ""}
 
 func init() {
-	metrics.Registry.MustRegister(poolsByPhase, poolsResizeDeferred, poolsHeartbeatStale, fanoutDuration, poolFinalizerReleases)
+	metrics.Registry.MustRegister(poolsByPhase, poolsResizeDeferred, poolsHeartbeatStale, fanoutDuration, poolFinalizerReleases, nodeGonePoolsDeleted)
 }
 
 func phaseLabel(p v1alpha1.SandboxPoolPhase) string {

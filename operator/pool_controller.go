@@ -48,7 +48,8 @@ const (
 // PlaceholderAgentHealthy conditions. It writes, with server-side apply as
 // sandboxpool-controller, only when the phase or one of its conditions changes, and
 // requeues at the moments the phase would change with time alone: the agent's Lease
-// expiry and the node-ctl Unready boundary.
+// expiry and the node-ctl Unready boundary. It deletes the pool of a node that has been gone
+// for NodeGoneGrace (pool_nodegone.go), and releases deleted pools (pool_finalizer.go).
 type PoolReconciler struct {
 	Client client.Client
 	// APIReader reads from the API server directly (confirms a mirror pod is gone).
@@ -61,6 +62,9 @@ type PoolReconciler struct {
 	// FinalizerTimeout is how long a deleted pool waits for its mirror pod
 	// (DefaultFinalizerTimeout when 0).
 	FinalizerTimeout time.Duration
+	// NodeGoneGrace is how long a pool's node must have been gone before the pool is
+	// deleted (DefaultNodeGoneGrace when 0; pool_nodegone.go).
+	NodeGoneGrace time.Duration
 	// MaxConcurrentReconciles is the number of pools reconciled at once.
 	MaxConcurrentReconciles int
 }
@@ -154,11 +158,18 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{RequeueAfter: soonest(res.RequeueAfter, leaseExpiresIn)}, nil
+	deleted, goneDeadlineIn, err := r.deleteIfNodeGone(ctx, &pool, conds, now)
+	if err != nil || deleted {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: soonest(res.RequeueAfter, leaseExpiresIn, goneDeadlineIn)}, nil
 }
 
 func (r *PoolReconciler) nodeCondition(ctx context.Context, pool *v1alpha1.SandboxPool) (metav1.Condition, error) {
-	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound, ObservedGeneration: pool.Generation}
+	// The transition time comes from the controller's clock, at the API's precision (the
+	// node-gone deadline is computed from it, before and after it is written).
+	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound, ObservedGeneration: pool.Generation,
+		LastTransitionTime: metav1.NewTime(r.Clock.Now()).Rfc3339Copy()}
 	exists, err := r.nodeExists(ctx, pool.Spec.NodeName)
 	switch {
 	case err != nil:
@@ -173,16 +184,7 @@ func (r *PoolReconciler) nodeCondition(ctx context.Context, pool *v1alpha1.Sandb
 
 // nodeExists reads the node from the metadata-only cache.
 func (r *PoolReconciler) nodeExists(ctx context.Context, name string) (bool, error) {
-	node := &metav1.PartialObjectMetadata{}
-	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("getting node %s: %w", name, err)
-	}
-	return true, nil
+	return nodeExistsIn(ctx, r.Client, name)
 }
 
 // agentCondition reads the agent's Lease. Messages carry no changing timestamps, so a

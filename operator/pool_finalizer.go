@@ -53,7 +53,8 @@ func decideRelease(podsLeft int, nodeExists bool, deletedAt, now time.Time, time
 }
 
 // finalize removes the pool's finalizer once its mirror pod is gone, its node is gone, or
-// FinalizerTimeout has passed since the deletion (with a Warning event).
+// FinalizerTimeout has passed since the deletion (with a Warning event). When the node is
+// gone it first deletes the pool's agent Lease: that agent is gone with its node.
 func (r *PoolReconciler) finalize(ctx context.Context, pool *v1alpha1.SandboxPool) (time.Duration, error) {
 	if !controllerutil.ContainsFinalizer(pool, v1alpha1.FinalizerPoolPlaceholderPod) {
 		return 0, nil
@@ -78,6 +79,11 @@ func (r *PoolReconciler) finalize(ctx context.Context, pool *v1alpha1.SandboxPoo
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonFinalizerTimeout, ActionRemoveFinalize,
 			"Mirror pod %s still present %s after deletion; removing the finalizer anyway (node %s may keep its capacity locked until the manifest is removed)",
 			strings.Join(pods, ", "), timeout, pool.Spec.NodeName)
+	}
+	if !nodeExists {
+		if err := r.deleteLease(ctx, pool); err != nil {
+			return 0, err
+		}
 	}
 	orig := pool.DeepCopy()
 	controllerutil.RemoveFinalizer(pool, v1alpha1.FinalizerPoolPlaceholderPod)

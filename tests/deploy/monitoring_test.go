@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcube/sandboxpool/operator"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -87,6 +88,29 @@ func TestMonitoring(t *testing.T) {
 		if n == 0 {
 			t.Fatal("no alert")
 		}
+	})
+
+	// The pool of a removed node is Unready until the controller deletes it, at the
+	// default --node-gone-grace after the node; with a minute for scraping and evaluation
+	// that must end before the critical alert's `for`, or every scale-down pages
+	// (docs/operator.md, "Pools of nodes that are gone").
+	t.Run("a removed node does not page", func(t *testing.T) {
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert != "SandboxPoolsUnready" {
+					continue
+				}
+				d, err := time.ParseDuration(r.For)
+				if err != nil {
+					t.Fatalf("SandboxPoolsUnready: for %q: %v", r.For, err)
+				}
+				if operator.DefaultNodeGoneGrace+time.Minute >= d {
+					t.Errorf("--node-gone-grace default %s plus 1m of scraping is not shorter than SandboxPoolsUnready's for %s", operator.DefaultNodeGoneGrace, d)
+				}
+				return
+			}
+		}
+		t.Fatal("no SandboxPoolsUnready alert")
 	})
 
 	tools := monitoringTools(t)

@@ -29,6 +29,8 @@ const (
 	leaseTTL = 5 * time.Second
 	// finalizerTimeout is shortened from the 10 min default.
 	finalizerTimeout = 15 * time.Second
+	// nodeGoneGrace is shortened from the 2 min default.
+	nodeGoneGrace = 10 * time.Second
 )
 
 var (
@@ -92,6 +94,7 @@ func suiteOptions() operator.Options {
 	o := operator.DefaultOptions()
 	o.LeaseTTL = leaseTTL
 	o.FinalizerTimeout = finalizerTimeout
+	o.NodeGoneGrace = nodeGoneGrace
 	o.MetricsAddr, o.ProbeAddr = "0", "0"
 	o.LeaderElection = false
 	return o
