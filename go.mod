@@ -16,6 +16,7 @@ require (
 	github.com/containerd/typeurl/v2 v2.3.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.4
+	github.com/google/go-containerregistry v0.21.6
 	github.com/open-policy-agent/opa v1.22.3
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
@@ -39,7 +40,11 @@ require (
 
 require (
 	github.com/Microsoft/hcsshim v0.15.0-rc.4 // indirect
+	github.com/docker/cli v29.4.3+incompatible // indirect
+	github.com/docker/docker-credential-helpers v0.9.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
 )
 
 require (
