@@ -115,6 +115,24 @@ build: ## Build every package and binary (binaries into bin/).
 	$(GO) build ./...
 	$(GO) build -trimpath -o bin/ ./hack/crdgen $(wildcard ./cmd/*)
 
+##@ Images
+
+# The version stamped into the images' binaries (--version, the start-up log) and used as
+# their tag: git describe of the checkout (a tag, else the commit, -dirty with local
+# changes). Set it to build the same code under another version.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_REPO ?= ghcr.io/agentcube
+IMAGES_DIR ?= _output/images
+
+.PHONY: images
+images: ## Build the controller and webhook images as OCI archives in IMAGES_DIR (reproducible, no Docker; VERSION, IMAGE_REPO).
+	$(GO) run ./hack/images build --out $(IMAGES_DIR) --repo $(IMAGE_REPO) --version $(VERSION)
+
+.PHONY: push
+push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example.com/team; credentials from docker login).
+	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 1; fi
+	$(GO) run ./hack/images push --registry $(REGISTRY) $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,sandboxpool-controller sandboxpool-webhook))
+
 ##@ Testing
 
 .PHONY: test
