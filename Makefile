@@ -212,14 +212,16 @@ bench-e2e: tools ## End-to-end latencies on the real stack: class → Ready, mir
 DEMO_DIR ?= /tmp/sandboxpool-demo
 DEMO_BINARIES := ./cmd/placeholder-agent ./cmd/sandboxpool-controller ./cmd/sandboxpool-webhook \
 	./cmd/node-ctl ./cmd/containerd-shim-placeholder-v2
+# The demo program make demo builds and runs; make demo-down runs it again to stop the demo.
+DEMO_BIN ?= bin/sandboxpool-demo
 
 .PHONY: demo
 demo: demo-preflight $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CONTAINERD_BINS) ## Run the whole system on this machine (root): control plane, one kubelet node, the examples.
-	@mkdir -p bin
+	@mkdir -p bin $(dir $(DEMO_BIN))
 	$(GO) build -trimpath -o bin/ $(DEMO_BINARIES)
-	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
+	$(GO) build -trimpath -o $(DEMO_BIN) ./hack/demo
 	KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) \
-		bin/sandboxpool-demo up --dir=$(DEMO_DIR) --bin=bin
+		$(DEMO_BIN) up --dir=$(DEMO_DIR) --bin=bin
 
 .PHONY: demo-preflight
 demo-preflight: # before the tools are built: the demo needs root
@@ -227,9 +229,9 @@ demo-preflight: # before the tools are built: the demo needs root
 		echo "make demo runs kubelet, containerd and node-ctl on real cgroups: run it as root"; exit 1; fi
 
 .PHONY: demo-down
+# Compiles nothing: it runs the demo program make demo built (hack/demo/down.sh).
 demo-down: ## Stop exactly what make demo started (PIDs from its state file) and remove its directories.
-	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
-	bin/sandboxpool-demo down --dir=$(DEMO_DIR)
+	@hack/demo/down.sh $(DEMO_DIR) $(DEMO_BIN)
 
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
