@@ -22,6 +22,8 @@ KUBE_APISERVER := $(CONTROLPLANE)/kube-apiserver
 KUBECTL        := $(CONTROLPLANE)/kubectl
 KUBELET        := $(CONTROLPLANE)/kubelet
 KUBE_CONTROLLER_MANAGER := $(CONTROLPLANE)/kube-controller-manager
+KUBE_SCHEDULER := $(CONTROLPLANE)/kube-scheduler
+KUBE_PROXY     := $(CONTROLPLANE)/kube-proxy
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
@@ -262,6 +264,24 @@ $(KUBE_CONTROLLER_MANAGER): hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-controller-manager $(KUBE_VERSION)"
 	@mkdir -p $(CONTROLPLANE)
 	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+	@touch $@
+
+# kube-scheduler and kube-proxy: the rest of a cluster's control plane, for running deploy/'s
+# Deployments on the local stack.
+.PHONY: kube-scheduler kube-proxy
+kube-scheduler: $(KUBE_SCHEDULER) ## Build kube-scheduler.
+kube-proxy: $(KUBE_PROXY) ## Build kube-proxy.
+
+$(KUBE_SCHEDULER): hack/kube/go.mod hack/kube/go.sum
+	@echo ">> building kube-scheduler $(KUBE_VERSION)"
+	@mkdir -p $(CONTROLPLANE)
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+	@touch $@
+
+$(KUBE_PROXY): hack/kube/go.mod hack/kube/go.sum
+	@echo ">> building kube-proxy $(KUBE_VERSION)"
+	@mkdir -p $(CONTROLPLANE)
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
 	@touch $@
 
 $(ETCD): hack/etcd/go.mod hack/etcd/go.sum
