@@ -133,7 +133,7 @@ images: ## Build the controller and webhook images as OCI archives in IMAGES_DIR
 .PHONY: push
 push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example.com/team; credentials from docker login).
 	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 1; fi
-	$(GO) run ./hack/images push --registry $(REGISTRY) $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,sandboxpool-controller sandboxpool-webhook))
+	$(GO) run ./hack/images push --registry $(REGISTRY) --dir $(IMAGES_DIR)
 
 ##@ Testing
 

@@ -2,9 +2,10 @@
 // pushes them (`make push`); see hack/images/oci and docs/operator-guide.md.
 //
 //	images build --out DIR --repo REPO --version VERSION [--arch GOARCH]
-//	images push  --registry REGISTRY [--insecure] ARCHIVE...
+//	images push  --registry REGISTRY [--insecure] [--dir DIR | ARCHIVE...]
 //
-// build prints one line per image: reference, manifest digest, archive. Every time stamp is
+// build prints one line per image: reference, manifest digest, archive. push pushes the
+// archives build wrote to DIR, or the archives given. Every time stamp is
 // $SOURCE_DATE_EPOCH when set (https://reproducible-builds.org/specs/source-date-epoch/),
 // else the Unix epoch.
 package main
@@ -74,11 +75,15 @@ func push(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("push", flag.ExitOnError)
 	fs.StringVar(&o.Registry, "registry", "", "repository prefix to push to, e.g. registry.example.com/team")
 	fs.BoolVar(&o.Insecure, "insecure", false, "plain HTTP to the registry")
+	dir := fs.String("dir", oci.DefaultOptions().Out, "directory of the archives build wrote (when no archives are given)")
 	_ = fs.Parse(args)
-	if fs.NArg() == 0 {
-		return fmt.Errorf("push: no archives given")
+	archives := fs.Args()
+	if len(archives) == 0 {
+		for _, s := range oci.Images {
+			archives = append(archives, oci.ArchivePath(*dir, s.Name))
+		}
 	}
-	for _, archive := range fs.Args() {
+	for _, archive := range archives {
 		p, err := oci.Push(ctx, archive, o)
 		if err != nil {
 			return err

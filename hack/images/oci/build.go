@@ -128,7 +128,7 @@ func Build(ctx context.Context, o Options) ([]Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.Name, err)
 		}
-		r := Result{Spec: s, Ref: o.Repo + "/" + s.Name + ":" + o.Version, Archive: filepath.Join(o.Out, s.Name+".tar")}
+		r := Result{Spec: s, Ref: o.Repo + "/" + s.Name + ":" + o.Version, Archive: ArchivePath(o.Out, s.Name)}
 		img, err := Image(s.Name, binary, ImageConfig{Version: o.Version, Arch: o.Arch, Created: o.Created, User: User})
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.Name, err)
@@ -143,6 +143,9 @@ func Build(ctx context.Context, o Options) ([]Result, error) {
 	}
 	return results, nil
 }
+
+// ArchivePath is where Build writes the archive of the image name in dir.
+func ArchivePath(dir, name string) string { return filepath.Join(dir, name+".tar") }
 
 func validate(o Options, specs []Spec) error {
 	switch {
