@@ -165,8 +165,10 @@ func validate(o Options, specs []Spec) error {
 }
 
 // compile builds the specs' packages into binDir. The environment is set, not inherited,
-// where it shapes the binary: no cgo (static), linux/Arch, and no GOFLAGS from the caller
-// (a -race or -cover there would change the binary).
+// where it shapes the binary: no cgo (static), linux/Arch, and no GOFLAGS from the caller's
+// environment (a -race or -cover there would change the binary; a GOFLAGS written with
+// `go env -w` still applies, which an empty variable does not override). The flags given
+// here win over either.
 func compile(ctx context.Context, o Options, specs []Spec, binDir string) error {
 	args := []string{"build", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-s -w -X " + VersionVariable + "=" + o.Version, "-o", binDir + string(filepath.Separator)}
