@@ -22,6 +22,8 @@ KUBE_APISERVER := $(CONTROLPLANE)/kube-apiserver
 KUBECTL        := $(CONTROLPLANE)/kubectl
 KUBELET        := $(CONTROLPLANE)/kubelet
 KUBE_CONTROLLER_MANAGER := $(CONTROLPLANE)/kube-controller-manager
+KUBE_SCHEDULER := $(CONTROLPLANE)/kube-scheduler
+KUBE_PROXY     := $(CONTROLPLANE)/kube-proxy
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
@@ -115,6 +117,24 @@ build: ## Build every package and binary (binaries into bin/).
 	$(GO) build ./...
 	$(GO) build -trimpath -o bin/ ./hack/crdgen $(wildcard ./cmd/*)
 
+##@ Images
+
+# The version stamped into the images' binaries (--version, the start-up log) and used as
+# their tag: git describe of the checkout (a tag, else the commit, -dirty with local
+# changes). Set it to build the same code under another version.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_REPO ?= ghcr.io/agentcube
+IMAGES_DIR ?= _output/images
+
+.PHONY: images
+images: ## Build the controller and webhook images as OCI archives in IMAGES_DIR (reproducible, no Docker; VERSION, IMAGE_REPO).
+	$(GO) run ./hack/images build --out $(IMAGES_DIR) --repo $(IMAGE_REPO) --version $(VERSION)
+
+.PHONY: push
+push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example.com/team; credentials from docker login).
+	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 1; fi
+	$(GO) run ./hack/images push --registry $(REGISTRY) --dir $(IMAGES_DIR)
+
 ##@ Testing
 
 .PHONY: test
@@ -194,14 +214,16 @@ bench-e2e: tools ## End-to-end latencies on the real stack: class → Ready, mir
 DEMO_DIR ?= /tmp/sandboxpool-demo
 DEMO_BINARIES := ./cmd/placeholder-agent ./cmd/sandboxpool-controller ./cmd/sandboxpool-webhook \
 	./cmd/node-ctl ./cmd/containerd-shim-placeholder-v2
+# The demo program make demo builds and runs; make demo-down runs it again to stop the demo.
+DEMO_BIN ?= bin/sandboxpool-demo
 
 .PHONY: demo
 demo: demo-preflight $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CONTAINERD_BINS) ## Run the whole system on this machine (root): control plane, one kubelet node, the examples.
-	@mkdir -p bin
+	@mkdir -p bin $(dir $(DEMO_BIN))
 	$(GO) build -trimpath -o bin/ $(DEMO_BINARIES)
-	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
+	$(GO) build -trimpath -o $(DEMO_BIN) ./hack/demo
 	KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) \
-		bin/sandboxpool-demo up --dir=$(DEMO_DIR) --bin=bin
+		$(DEMO_BIN) up --dir=$(DEMO_DIR) --bin=bin
 
 .PHONY: demo-preflight
 demo-preflight: # before the tools are built: the demo needs root
@@ -209,9 +231,9 @@ demo-preflight: # before the tools are built: the demo needs root
 		echo "make demo runs kubelet, containerd and node-ctl on real cgroups: run it as root"; exit 1; fi
 
 .PHONY: demo-down
+# Compiles nothing: it runs the demo program make demo built (hack/demo/down.sh).
 demo-down: ## Stop exactly what make demo started (PIDs from its state file) and remove its directories.
-	$(GO) build -trimpath -o bin/sandboxpool-demo ./hack/demo
-	bin/sandboxpool-demo down --dir=$(DEMO_DIR)
+	@hack/demo/down.sh $(DEMO_DIR) $(DEMO_BIN)
 
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
@@ -242,6 +264,24 @@ $(KUBE_CONTROLLER_MANAGER): hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-controller-manager $(KUBE_VERSION)"
 	@mkdir -p $(CONTROLPLANE)
 	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+	@touch $@
+
+# kube-scheduler and kube-proxy: the rest of a cluster's control plane, for running deploy/'s
+# Deployments on the local stack.
+.PHONY: kube-scheduler kube-proxy
+kube-scheduler: $(KUBE_SCHEDULER) ## Build kube-scheduler.
+kube-proxy: $(KUBE_PROXY) ## Build kube-proxy.
+
+$(KUBE_SCHEDULER): hack/kube/go.mod hack/kube/go.sum
+	@echo ">> building kube-scheduler $(KUBE_VERSION)"
+	@mkdir -p $(CONTROLPLANE)
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+	@touch $@
+
+$(KUBE_PROXY): hack/kube/go.mod hack/kube/go.sum
+	@echo ">> building kube-proxy $(KUBE_VERSION)"
+	@mkdir -p $(CONTROLPLANE)
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
 	@touch $@
 
 $(ETCD): hack/etcd/go.mod hack/etcd/go.sum

@@ -5,6 +5,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 
 	"k8s.io/klog/v2"
@@ -16,16 +17,26 @@ import (
 	"github.com/agentcube/sandboxpool/operator"
 )
 
+// version is set at build time (-ldflags "-X main.version=..."; make images sets it to
+// VERSION).
+var version = "dev"
+
 func main() {
 	opts := operator.DefaultOptions()
 	opts.AddFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version)
+		return
+	}
 
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrllog.SetLogger(log)
 	klog.SetLogger(log)
+	log.Info("starting", "version", version)
 	cfg, err := config.GetConfig()
 	if err != nil {
 		log.Error(err, "loading kubeconfig")

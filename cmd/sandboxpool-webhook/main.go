@@ -4,6 +4,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 
@@ -15,6 +16,10 @@ import (
 
 	"github.com/agentcube/sandboxpool/webhook"
 )
+
+// version is set at build time (-ldflags "-X main.version=..."; make images sets it to
+// VERSION).
+var version = "dev"
 
 func main() {
 	opts := webhook.DefaultOptions()
@@ -29,12 +34,18 @@ func main() {
 	flag.StringVar(&opts.PolicyBundle, "policy-bundle", "", "OPA bundle (directory or .tar.gz) to use instead of the embedded policy")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version)
+		return
+	}
 	opts.ControllerUsernames, opts.ControllerGroups = list(*users), list(*groups)
 
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrllog.SetLogger(log)
 	klog.SetLogger(log) // client-go's informer errors (e.g. a forbidden list) in the same log
+	log.Info("starting", "version", version)
 	cfg, err := config.GetConfig()
 	if err != nil {
 		log.Error(err, "loading kubeconfig")

@@ -1,6 +1,7 @@
 // Tools module: builds the real Kubernetes binaries used by the tests (kube-apiserver,
-// kubectl, kubelet, kube-controller-manager) from the Go module proxy. Kept out of the
-// project's go.mod on purpose. The replace block is the output of hack/kube-replaces.sh.
+// kubectl, kubelet, kube-controller-manager, kube-scheduler, kube-proxy) from the Go module
+// proxy. Kept out of the project's go.mod on purpose. The replace block is the output of
+// hack/kube-replaces.sh.
 module github.com/agentcube/sandboxpool/hack/kube
 
 go 1.26.0

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/agentcube/sandboxpool/hack/images/oci"
 	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -120,6 +121,40 @@ func checkPodSpec(t *testing.T, d *appsv1.Deployment, healthPort, metricsPort in
 	return c
 }
 
+// checkImage: the Deployment runs the image `make images` builds as name (hack/images/oci)
+// as that image is made: its repository, the image's own entrypoint (the binary is the
+// image's only file, so a command would name nothing else) and a non-root user (the
+// Deployment's, or else the image's numeric one). checkPodSpec holds it to a read-only
+// root file system, which the binaries never write to.
+func checkImage(t *testing.T, d *appsv1.Deployment, name string) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	repo := c.Image
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	if want := oci.DefaultOptions().Repo + "/" + name; repo != want {
+		t.Errorf("%s: image %q, want %s, the repository make images names the image (kustomize's images: swaps it)", d.Name, c.Image, want)
+	}
+	if len(c.Command) != 0 && !slices.Equal(c.Command, []string{"/" + name}) {
+		t.Errorf("%s: command %v, but the image holds only /%s (its entrypoint)", d.Name, c.Command, name)
+	}
+	imageUID, err := strconv.ParseInt(strings.Split(oci.User, ":")[0], 10, 64)
+	if err != nil || imageUID == 0 {
+		t.Fatalf("image user %q: want a numeric non-root uid (%v)", oci.User, err)
+	}
+	uid := &imageUID
+	if psc := d.Spec.Template.Spec.SecurityContext; psc != nil && psc.RunAsUser != nil {
+		uid = psc.RunAsUser
+	}
+	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		uid = sc.RunAsUser
+	}
+	if *uid == 0 {
+		t.Errorf("%s: runs as uid 0, want non-root", d.Name)
+	}
+}
+
 // checkPDB: a PodDisruptionBudget keeps at least one replica of d through a drain.
 func checkPDB(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 	t.Helper()
@@ -185,6 +220,7 @@ func TestControllerDeployment(t *testing.T) {
 		t.Errorf("--lease-namespace %q, want %q (the namespace of the agents' Lease Role)", opts.LeaseNamespace, v1alpha1.DefaultLeaseNamespace)
 	}
 	checkPodSpec(t, d, port(t, opts.ProbeAddr), port(t, opts.MetricsAddr))
+	checkImage(t, d, oci.ControllerImage)
 	checkPDB(t, objs, d)
 }
 
@@ -224,6 +260,7 @@ func TestWebhookDeployment(t *testing.T) {
 
 	f := flagValues(t, args)
 	c := checkPodSpec(t, d, port(t, f["health-addr"]), port(t, f["metrics-addr"]))
+	checkImage(t, d, oci.WebhookImage)
 	checkPDB(t, objs, d)
 	servePort := port(t, f["addr"])
 	if got := containerPort(t, c, "webhook"); got != servePort {

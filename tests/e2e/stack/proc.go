@@ -155,7 +155,7 @@ func (p *Proc) Tail(n int) string { return tail(p.Log, n) }
 
 // Record is the process as the state file keeps it.
 func (p *Proc) Record() ProcessRecord {
-	return recordOf(p.Name, p.Pid())
+	return RecordOf(p.Name, p.Pid())
 }
 
 func tail(path string, n int) string {
@@ -188,7 +188,8 @@ type ProcessRecord struct {
 	Exe       string `json:"exe,omitempty"`
 }
 
-func recordOf(name string, pid int) ProcessRecord {
+// RecordOf records the running process pid, under name, with its start time and executable.
+func RecordOf(name string, pid int) ProcessRecord {
 	r := ProcessRecord{Name: name, Pid: pid}
 	if pid > 0 {
 		r.StartTime, _ = startTime(pid)

@@ -39,13 +39,13 @@ type State struct {
 // State describes the running stack; runner is the process running it.
 func (s *Stack) State() State {
 	st := State{
-		Runner: recordOf("runner", os.Getpid()), Ready: s.ready, Dir: s.Opts.Dir, Kubeconfig: s.Kubeconfig, LogDir: s.LogDir,
+		Runner: RecordOf("runner", os.Getpid()), Ready: s.ready, Dir: s.Opts.Dir, Kubeconfig: s.Kubeconfig, LogDir: s.LogDir,
 		NodeName: s.Opts.NodeName, ManifestDir: s.paths.manifests, NodeCtlSocket: s.paths.nodeCtlSock,
 		Cgroups: []string{s.CgroupRoot, s.NodeCtlCgroup}, Bridge: s.Network.Bridge, TempDirs: s.envtestDirs,
 	}
 	for _, name := range []string{"etcd", "kube-apiserver"} {
 		for _, pid := range childrenNamed(name) {
-			st.Processes = append(st.Processes, recordOf(name, pid))
+			st.Processes = append(st.Processes, RecordOf(name, pid))
 		}
 	}
 	for _, p := range []*Proc{s.Webhook, s.Controller, s.Containerd, s.nodeCtlProc(), s.agentProc(), s.Kubelet} {
