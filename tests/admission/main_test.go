@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -46,8 +47,7 @@ func setUp(ctx context.Context, c *framework.ControlPlane) error {
 		HealthAddr:  healthAddr,
 
 		ControllerUsernames: []string{controllerUser},
-		NodeSANamespace:     agentSANamespace,
-		NodeSAPrefix:        agentSAPrefix,
+		OperatorGroups:      []string{v1alpha1.OperatorGroup},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- webhook.Run(ctx, cp.Config, opts, zap.New(zap.UseDevMode(false))) }()

@@ -5,17 +5,17 @@
 package sandboxpool.admission.status
 
 import data.sandboxpool.lib.identity
+import data.sandboxpool.lib.names
 import data.sandboxpool.lib.request
 import data.sandboxpool.lib.violation
 
-# controller_fields are the status fields the controller owns besides its conditions;
-# every other status field (placeholderPod, placeholderAgent, override, resize, nodeCtl,
-# poolInfo, lastAppliedGeneration) belongs to the node's placeholder agent.
-controller_fields := {"phase"}
+# The controller owns names.controller_status_fields (phase) and
+# names.controller_conditions; every other status field (placeholderPod, placeholderAgent,
+# override, resize, nodeCtl, poolInfo, lastAppliedGeneration) and condition belongs to the
+# node's placeholder agent.
+controller_fields := names.controller_status_fields
 
-# controller_conditions are the condition types the controller owns; every other
-# condition type belongs to the agent.
-controller_conditions := {"PlaceholderAgentHealthy", "NodeNotFound"}
+controller_conditions := names.controller_conditions
 
 # applies is true for an UPDATE of sandboxpools/status (a PATCH arrives as an UPDATE).
 applies if {

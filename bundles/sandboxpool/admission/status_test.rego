@@ -26,7 +26,6 @@ deny(user, before, after) := d if {
 test_node_writes_own_fields_allowed if {
 	obj := set_status(set_status(agent_write, "poolInfo", {"zone": "z2"}), "resize", {"status": "InProgress", "requestedCpu": "8"})
 	count(deny(fx.kubelet("node-b"), old, obj)) == 0
-	count(deny(fx.agent_sa("node-b"), old, obj)) == 0
 }
 
 test_node_first_status_write_allowed if {
@@ -40,7 +39,7 @@ test_other_node_denied if {
 		"field": "status",
 		"msg": "status of pool placeholder-node-b may only be written by node node-b or the controller; caller system:node:node-a is neither",
 	}}
-	fx.fields(deny(fx.agent_sa("node-a"), old, agent_write)) == {"status"}
+	fx.fields(deny(fx.lease_sa("node-a"), old, agent_write)) == {"status"}
 }
 
 test_node_username_without_nodes_group_denied if {
@@ -53,10 +52,11 @@ test_anyone_else_denied if {
 	msgs == {"status of pool placeholder-node-b may only be written by node node-b or the controller; caller kubernetes-admin is neither"}
 }
 
-test_node_service_account_needs_config if {
-	d := status.deny with input as fx.update_status(fx.agent_sa("node-b"), old, agent_write)
-		with data.config as object.union(fx.config, {"node_service_account_prefix": ""})
-	fx.fields(d) == {"status"}
+# The node's Lease identity is not the node for status: one identity per job.
+test_lease_identity_denied if {
+	fx.fields(deny(fx.lease_sa("node-b"), old, agent_write)) == {"status"}
+	sa := {"username": "system:serviceaccount:sandbox-pool-system:placeholder-agent-node-b", "groups": ["system:serviceaccounts"]}
+	fx.fields(deny(sa, old, agent_write)) == {"status"}
 }
 
 test_node_may_not_change_phase if {
@@ -86,7 +86,7 @@ test_node_may_not_touch_controller_conditions if {
 		},
 	}
 	removed := conditions([fx.condition("PlaceholderPodReady", "True"), fx.condition("NodeCtlHealthy", "True")])
-	fx.fields(deny(fx.agent_sa("node-b"), old, removed)) == {"status.conditions[type=PlaceholderAgentHealthy]"}
+	fx.fields(deny(fx.kubelet("node-b"), old, removed)) == {"status.conditions[type=PlaceholderAgentHealthy]"}
 }
 
 controller_write := set_status(
