@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -52,7 +53,8 @@ func TestAgentLeaseCredentials(t *testing.T) {
 	if got := review.Status.UserInfo.Username; got != want {
 		t.Errorf("the kubeconfig authenticates as %q, want %q", got, want)
 	}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "placeholder-lease-node"}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "placeholder-lease-node"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("lease-node")}}
 	created, err := kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating the pool's Lease with the written credentials: %v", err)
