@@ -29,11 +29,11 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	cp := suite.Require(t)
 	ctx := context.Background()
 	const class, n = "idle", 50
-	var pools []string
+	var nodes, pools []string
 	for i := range n {
 		node := fmt.Sprintf("idle-%02d", i)
 		createNode(t, node, map[string]string{selectorLabel: class})
-		pools = append(pools, naming.PoolName(node))
+		nodes, pools = append(nodes, node), append(pools, naming.PoolName(node))
 	}
 	if err := admin.Create(ctx, newClass(class, "1")); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	var renewals sync.WaitGroup
 	renewed := make(chan int, 1)
-	renewals.Go(func() { renewed <- renewForever(renewCtx, t, agents, pools) })
+	renewals.Go(func() { renewed <- renewForever(renewCtx, t, agents, nodes) })
 	t.Cleanup(func() { stopRenewing(); renewals.Wait() })
 	for _, p := range pools {
 		agentReports(t, p, metav1.ConditionTrue)
@@ -104,20 +104,21 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	}
 }
 
-// renewForever renews every pool's Lease once a second until ctx ends and returns how many
-// renewals it sent.
-func renewForever(ctx context.Context, t *testing.T, c client.Client, pools []string) int {
+// renewForever renews the Lease of every node's pool once a second, in the node's name,
+// until ctx ends and returns how many renewals it sent.
+func renewForever(ctx context.Context, t *testing.T, c client.Client, nodes []string) int {
 	sent := 0
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		for _, p := range pools {
+		for _, node := range nodes {
+			p := naming.PoolName(node)
 			now := metav1.NewMicroTime(time.Now())
 			l := coordinationv1.Lease{}
 			err := c.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: p}, &l)
 			if err != nil {
 				l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: p},
-					Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, RenewTime: &now}}
 				err = c.Create(ctx, &l)
 			} else {
 				l.Spec.RenewTime = &now

@@ -3,15 +3,18 @@ package operator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,21 +53,23 @@ func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 	}
 }
 
-func renewLease(t *testing.T, pool string) {
+// renewLease renews node's pool's Lease in holder's name, as node's agent does with its own.
+func renewLease(t *testing.T, node, holder string) {
 	t.Helper()
 	ctx := context.Background()
 	now := metav1.NewMicroTime(time.Now())
+	pool := naming.PoolName(node)
 	var l coordinationv1.Lease
 	err := admin.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: pool}, &l)
 	if err != nil {
 		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: pool},
-			Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &now}}
 		if err := admin.Create(ctx, &l); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	l.Spec.RenewTime = &now
+	l.Spec.RenewTime, l.Spec.HolderIdentity = &now, &holder
 	if err := admin.Update(ctx, &l); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +152,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 		t.Errorf("ever-ready set before Ready")
 	}
 
-	renewLease(t, name)
+	renewLease(t, node, node)
 	agentReports(t, name, metav1.ConditionTrue)
 	p = waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
@@ -163,7 +168,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	rv := p.ResourceVersion
 	for end := time.Now().Add(2 * leaseTTL); time.Now().Before(end); {
 		time.Sleep(leaseTTL / 5) // the stand-in agent's renewal interval
-		renewLease(t, name)
+		renewLease(t, node, node)
 	}
 	var rested v1alpha1.SandboxPool
 	if err := admin.Get(ctx, types.NamespacedName{Name: name}, &rested); err != nil {
@@ -185,7 +190,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 			break
 		}
 		renewed := time.Now()
-		renewLease(t, name)
+		renewLease(t, node, node)
 		waitFor(t, name, "renewal resumed → Ready", 10*time.Second,
 			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
 		t.Logf("round %d: Ready again %s after the renewal", round, time.Since(renewed).Round(time.Millisecond))
@@ -197,7 +202,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
 
 	// Node deletion while the agent is healthy and the pod ready: Ready → Unready.
-	renewLease(t, name)
+	renewLease(t, node, node)
 	agentReports(t, name, metav1.ConditionTrue)
 	waitFor(t, name, "healthy again → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse, "NodeExists"))
@@ -215,4 +220,50 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionResourceSynced); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("agent condition lost: %+v", c)
 	}
+}
+
+// TestLeaseOfAnotherHolderIgnored: a Lease renewed in another identity's name says nothing
+// about the pool's node, even if fresh. The controller ignores it (PlaceholderAgentHealthy
+// False, LeaseHolderMismatch) with a Warning event, and counts the Lease again once the
+// node holds it.
+func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	const node = "op-node-holder"
+	name := naming.PoolName(node)
+	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	if err := admin.Create(ctx, newPool(node)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
+	agentReports(t, name, metav1.ConditionTrue)
+	renewLease(t, node, node)
+	waitFor(t, name, "its node's Lease → Ready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+
+	renewLease(t, node, "op-node-other")
+	p := waitFor(t, name, "a fresh Lease held by another node → ignored", 10*time.Second,
+		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, operator.ReasonLeaseHolderMismatch))
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy); !strings.Contains(c.Message, `"op-node-other"`) {
+		t.Errorf("the condition does not name the holder: %q", c.Message)
+	}
+	eventually(t, "a Warning event about the Lease", 10*time.Second, func() (bool, string) {
+		var evs eventsv1.EventList
+		if err := admin.List(ctx, &evs); err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == operator.ReasonLeaseHolderMismatch && e.Type == corev1.EventTypeWarning {
+				return strings.Contains(e.Note, "op-node-other"), e.Note
+			}
+		}
+		return false, fmt.Sprintf("%d events, none about %s", len(evs.Items), name)
+	})
+
+	renewLease(t, node, node)
+	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
 }
