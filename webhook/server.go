@@ -213,12 +213,14 @@ func errString(err error) string {
 }
 
 // registerRuntimeMetrics adds the Go runtime and process collectors (a manager would;
-// the webhook runs without one).
+// the webhook runs without one), with the options controller-runtime's controller package
+// registers them with: in a process that links that package too, the registration is then
+// the same collector again, not a clash of descriptors.
 func registerRuntimeMetrics(reg prometheus.Registerer) error {
 	if _, err := register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
-	_, err := register(reg, collectors.NewGoCollector())
+	_, err := register(reg, collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)))
 	return err
 }
 
