@@ -45,6 +45,9 @@ func TestRegoNamesMatchGo(t *testing.T) {
 		"ever_ready":  v1alpha1.AnnotationEverReady,
 		"class_label": v1alpha1.LabelClass,
 		"node_label":  v1alpha1.LabelNode,
+
+		"controller_field_manager": v1alpha1.FieldManagerController,
+		"agent_field_manager":      v1alpha1.FieldManagerAgent,
 	} {
 		if names[key] != want {
 			t.Errorf("%s = %v, Go has %q", key, names[key], want)

@@ -115,3 +115,56 @@ deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if 
 		[node, request.username],
 	)
 }
+
+# Ownership. With server-side apply a writer that applies a field with its current value
+# becomes a co-owner of it without changing it, and the field's owner can then no longer
+# change it without forcing (which neither writer does): the agent could freeze the phase,
+# the controller the agent's fields. So neither may claim the other's fields under any
+# field manager but the other's. Claims that the stored object already records are left
+# alone (only new ones are refused).
+deny contains violation.new(field, msg) if {
+	applies
+	writer == "node"
+	some [manager, field] in new_claims
+	field_owner(field) == "controller"
+	manager != names.controller_field_manager
+	msg := sprintf("owned by the controller; node %s (caller %s) may not claim it (field manager %s)", [node, request.username, manager])
+}
+
+deny contains violation.new(field, msg) if {
+	applies
+	writer == "controller"
+	some [manager, field] in new_claims
+	field_owner(field) == "agent"
+	manager != names.agent_field_manager
+	msg := sprintf("owned by the placeholder agent of node %s; the controller (caller %s) may not claim it (field manager %s)", [node, request.username, manager])
+}
+
+new_claims := claims(request.obj) - claims(request.old)
+
+# claims are the [field manager, status field] pairs the object's managedFields record, the
+# fields named as in the violations above.
+claims(obj) := {[mf.manager, field] |
+	some mf in object.get(obj, ["metadata", "managedFields"], [])
+	fields := object.get(mf, ["fieldsV1", "f:status"], {})
+	is_object(fields)
+	some field in status_fields(fields)
+}
+
+status_fields(fields) := {sprintf("status.%s", [trim_prefix(key, "f:")]) |
+	some key, _ in fields
+	startswith(key, "f:")
+	key != "f:conditions"
+} | {sprintf("status.conditions[type=%s]", [t]) |
+	some key, _ in object.get(fields, "f:conditions", {})
+	startswith(key, "k:")
+	t := json.unmarshal(trim_prefix(key, "k:")).type
+}
+
+field_owner(field) := "controller" if {
+	some f in controller_fields
+	field == sprintf("status.%s", [f])
+} else := "controller" if {
+	some t in controller_conditions
+	field == sprintf("status.conditions[type=%s]", [t])
+} else := "agent"

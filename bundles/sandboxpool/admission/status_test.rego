@@ -160,3 +160,56 @@ test_node_taken_from_stored_object_only if {
 	fx.fields(deny(fx.kubelet("node-b"), before, old)) == {"status"}
 	count(deny(fx.controller, before, old)) == 0
 }
+
+# managed(obj, entries) is obj with the managedFields entries [manager, fieldsV1 of status].
+managed(obj, entries) := json.patch(obj, [{"op": "add", "path": "/metadata/managedFields", "value": [
+{"manager": e[0], "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": e[1]}} |
+	some e in entries
+]}])
+
+agent_fields := {"f:poolInfo": {"f:zone": {}}, "f:conditions": {`k:{"type":"PlaceholderPodReady"}`: {".": {}, "f:status": {}}}}
+
+controller_fields := {"f:phase": {}, "f:conditions": {`k:{"type":"PlaceholderAgentHealthy"}`: {".": {}, "f:status": {}}}}
+
+stored := managed(old, [["placeholder-agent", agent_fields], ["sandboxpool-controller", controller_fields]])
+
+test_node_may_not_claim_controller_fields if {
+	claimed := managed(old, [
+		["placeholder-agent", object.union(agent_fields, {"f:phase": {}})],
+		["sandboxpool-controller", controller_fields],
+	])
+	deny(fx.kubelet("node-b"), stored, claimed) == {{
+		"field": "status.phase",
+		"msg": "status.phase: owned by the controller; node node-b (caller system:node:node-b) may not claim it (field manager placeholder-agent)",
+	}}
+	by_kubectl := managed(old, [
+		["placeholder-agent", agent_fields], ["sandboxpool-controller", controller_fields],
+		["kubectl", {"f:conditions": {`k:{"type":"NodeNotFound"}`: {}}}],
+	])
+	fx.fields(deny(fx.kubelet("node-b"), stored, by_kubectl)) == {"status.conditions[type=NodeNotFound]"}
+}
+
+test_existing_claims_and_own_manager_allowed if {
+	count(deny(fx.kubelet("node-b"), stored, stored)) == 0
+	as_controller := managed(old, [["placeholder-agent", agent_fields], ["sandboxpool-controller", object.union(controller_fields, {"f:poolInfo": {}})]])
+	count(deny(fx.kubelet("node-b"), stored, as_controller)) == 0
+	legacy := managed(old, [["placeholder-agent", object.union(agent_fields, {"f:phase": {}})], ["sandboxpool-controller", controller_fields]])
+	count(deny(fx.kubelet("node-b"), legacy, legacy)) == 0
+}
+
+test_controller_may_not_claim_agent_fields if {
+	claimed := managed(old, [
+		["placeholder-agent", agent_fields],
+		["sandboxpool-controller", object.union(controller_fields, {"f:poolInfo": {"f:zone": {}}, "f:conditions": {`k:{"type":"NodeCtlHealthy"}`: {}}})],
+	])
+	deny(fx.controller, stored, claimed) == {
+		{
+			"field": "status.poolInfo",
+			"msg": "status.poolInfo: owned by the placeholder agent of node node-b; the controller (caller system:serviceaccount:sandbox-pool-system:sandboxpool-controller) may not claim it (field manager sandboxpool-controller)",
+		},
+		{
+			"field": "status.conditions[type=NodeCtlHealthy]",
+			"msg": "status.conditions[type=NodeCtlHealthy]: owned by the placeholder agent of node node-b; the controller (caller system:serviceaccount:sandbox-pool-system:sandboxpool-controller) may not claim it (field manager sandboxpool-controller)",
+		},
+	}
+}

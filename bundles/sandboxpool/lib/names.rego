@@ -21,3 +21,9 @@ ever_ready := "sandbox-pool.io/ever-ready"
 class_label := "sandbox-pool.io/class"
 
 node_label := "sandbox-pool.io/node"
+
+# controller_field_manager and agent_field_manager are the server-side apply field managers
+# of the two status writers (v1alpha1.FieldManagerController, v1alpha1.FieldManagerAgent).
+controller_field_manager := "sandboxpool-controller"
+
+agent_field_manager := "placeholder-agent"
