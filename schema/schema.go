@@ -45,7 +45,8 @@ func (k Kind) Definition() string { return "#" + string(k) }
 // evaluations run on a pool of independent evaluators (each its own CUE context, built from
 // its own load of the files), at most GOMAXPROCS of them, created on demand.
 type Schema struct {
-	root cue.Value // first evaluator's package value, for Lookup by single-threaded tools
+	srcs map[string][]byte // the CUE files, by name, each evaluator compiles
+	root cue.Value         // first evaluator's package value, for Lookup by single-threaded tools
 	idle chan *evaluator
 	// mapListKeys are the map lists of each kind (path without indexes -> keys), read from
 	// the schema once: ValidateUpdate matches their elements by key.
@@ -104,11 +105,23 @@ func Files() (map[string][]byte, error) {
 }
 
 func compile() (*Schema, error) {
-	first, err := newEvaluator()
+	srcs, err := Files()
+	if err != nil {
+		return nil, fmt.Errorf("reading embedded schema: %w", err)
+	}
+	return Compile(srcs)
+}
+
+// Compile compiles a schema from CUE files (name -> content) laid out as the embedded ones:
+// one package holding #SandboxPoolClass and #SandboxPool. Compiled is Compile of the
+// embedded files, once; other sources serve tools and tests that need another version of
+// the API, such as an older release's rules in an upgrade test.
+func Compile(srcs map[string][]byte) (*Schema, error) {
+	first, err := newEvaluator(srcs)
 	if err != nil {
 		return nil, err
 	}
-	s := &Schema{root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1,
+	s := &Schema{srcs: srcs, root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1,
 		mapListKeys: map[Kind]map[string][]string{}}
 	for _, k := range Kinds {
 		s.mapListKeys[k] = map[string][]string{}
@@ -118,12 +131,8 @@ func compile() (*Schema, error) {
 	return s, nil
 }
 
-// newEvaluator loads and compiles the embedded files into a new CUE context.
-func newEvaluator() (*evaluator, error) {
-	srcs, err := Files()
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded schema: %w", err)
-	}
+// newEvaluator loads and compiles the files into a new CUE context.
+func newEvaluator(srcs map[string][]byte) (*evaluator, error) {
 	const dir = "/sandboxpool/schema"
 	overlay := map[string]load.Source{}
 	for name, b := range srcs {
@@ -149,6 +158,7 @@ func newEvaluator() (*evaluator, error) {
 			return nil, fmt.Errorf("schema has no %s: %w", k.Definition(), err)
 		}
 		e.defs[k] = v
+		var err error
 		if e.parts[k], e.required[k], err = partsOf(v); err != nil {
 			return nil, fmt.Errorf("schema %s: %w", k.Definition(), err)
 		}
@@ -166,7 +176,7 @@ func (s *Schema) acquire() (*evaluator, error) {
 	s.mu.Lock()
 	if s.made < cap(s.idle) {
 		defer s.mu.Unlock()
-		e, err := newEvaluator()
+		e, err := newEvaluator(s.srcs)
 		if err != nil {
 			return nil, err
 		}
