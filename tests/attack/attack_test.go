@@ -452,4 +452,3 @@ func checkTable(t *testing.T, path, table string) {
 	}
 	t.Errorf("the table in %s is not what was measured; rerun with %s=1 to rewrite it. Measured:\n%s", path, updateEnv, table)
 }
-

@@ -55,7 +55,7 @@ operator_metadata := {"labels": {}, "annotations": {}, "finalizers": [], "ownerR
 changed_outside_override contains sprintf("spec.%s", [key]) if {
 	new_spec := object.get(request.obj, "spec", {})
 	old_spec := object.get(request.old, "spec", {})
-	some key in object.keys(new_spec) | object.keys(old_spec)
+	some key in (object.keys(new_spec) | object.keys(old_spec))
 	key != "override"
 	object.get(new_spec, key, null) != object.get(old_spec, key, null)
 }
