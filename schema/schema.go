@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -300,7 +299,6 @@ func cleanMessages(msgs []string) []string {
 	var rules, other []string
 	seen := map[string]bool{}
 	for _, m := range msgs {
-		m = boundMessage(m)
 		if seen[m] {
 			continue
 		}
@@ -318,37 +316,6 @@ func cleanMessages(msgs []string) []string {
 	}
 	sort.Strings(rules)
 	return rules
-}
-
-// boundRE matches CUE's message for a failed size bound, which quotes the whole value
-// ("invalid value [] (does not satisfy list.MinItems(1)): len(list) < MinItems(1) (0 < 1)").
-var boundRE = regexp.MustCompile(`^invalid value .* \(does not satisfy (list\.MinItems|list\.MaxItems|struct\.MaxFields|strings\.MinRunes|strings\.MaxRunes)\((\d+)\)\)`)
-
-// boundMessage states a failed size bound as the rule, without the value.
-func boundMessage(m string) string {
-	sub := boundRE.FindStringSubmatch(m)
-	if sub == nil {
-		return m
-	}
-	n := sub[2]
-	switch sub[1] {
-	case "list.MinItems":
-		if n == "1" {
-			return "must have at least 1 item"
-		}
-		return "must have at least " + n + " items"
-	case "list.MaxItems":
-		if n == "0" {
-			return "must be empty"
-		}
-		return "must have at most " + n + " items"
-	case "struct.MaxFields":
-		return "must have at most " + n + " fields"
-	case "strings.MinRunes":
-		return "must be at least " + n + " characters long"
-	default:
-		return "must be at most " + n + " characters long"
-	}
 }
 
 func fieldPath(sels []string) string {
