@@ -24,15 +24,23 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/webhook"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
@@ -123,7 +131,24 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 			return err
 		}
 	}
-	return nil
+	return waitForNodePolicy(ctx)
+}
+
+// waitForNodePolicy returns once the API server enforces both node policies, which reach
+// its admission a moment after they are applied: dry runs of a forged Lease and a forged
+// event are refused.
+func waitForNodePolicy(ctx context.Context) error {
+	forgedLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(nodeB)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(nodeA)}}
+	forgedEvent := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}, EventTime: metav1.NowMicro(),
+		ReportingController: v1alpha1.FieldManagerAgent, ReportingInstance: nodeA, Action: "Probe", Reason: "Probe", Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.KindSandboxPool, Name: naming.PoolName(nodeB)}}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, leaseErr := ids[leaseA].kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Create(ctx, forgedLease, dryRun)
+		_, eventErr := ids[nodeA].kube.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, forgedEvent, dryRun)
+		return apierrors.IsForbidden(leaseErr) && apierrors.IsForbidden(eventErr), nil
+	})
 }
 
 func newIdentity(user string, cfg *rest.Config) (*identity, error) {
