@@ -29,11 +29,11 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	cp := suite.Require(t)
 	ctx := context.Background()
 	const class, n = "idle", 50
-	var nodes, pools []string
+	var pools []string
 	for i := range n {
 		node := fmt.Sprintf("idle-%02d", i)
 		createNode(t, node, map[string]string{selectorLabel: class})
-		nodes, pools = append(nodes, node), append(pools, naming.PoolName(node))
+		pools = append(pools, naming.PoolName(node))
 	}
 	if err := admin.Create(ctx, newClass(class, "1")); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	var renewals sync.WaitGroup
 	renewed := make(chan int, 1)
-	renewals.Go(func() { renewed <- renewForever(renewCtx, t, agents, nodes) })
+	renewals.Go(func() { renewed <- renewForever(renewCtx, t, agents, pools) })
 	t.Cleanup(func() { stopRenewing(); renewals.Wait() })
 	for _, p := range pools {
 		agentReports(t, p, metav1.ConditionTrue)
@@ -104,15 +104,24 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	}
 }
 
-// renewForever renews the Lease of every node's pool once a second, in the node's name,
-// until ctx ends and returns how many renewals it sent.
-func renewForever(ctx context.Context, t *testing.T, c client.Client, nodes []string) int {
+// renewForever renews every pool's Lease once a second, in the name of the pool's node as
+// its agent does, until ctx ends and returns how many renewals it sent.
+func renewForever(ctx context.Context, t *testing.T, c client.Client, pools []string) int {
+	holders := map[string]string{} // it runs in a goroutine of its own: no t.Fatal
+	for _, p := range pools {
+		var pool v1alpha1.SandboxPool
+		if err := c.Get(ctx, types.NamespacedName{Name: p}, &pool); err != nil {
+			t.Errorf("reading pool %s: %v", p, err)
+			return 0
+		}
+		holders[p] = pool.Spec.NodeName
+	}
 	sent := 0
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		for _, node := range nodes {
-			p := naming.PoolName(node)
+		for _, p := range pools {
+			node := holders[p]
 			now := metav1.NewMicroTime(time.Now())
 			l := coordinationv1.Lease{}
 			err := c.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: p}, &l)

@@ -53,12 +53,27 @@ func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 	}
 }
 
-// renewLease renews node's pool's Lease in holder's name, as node's agent does with its own.
-func renewLease(t *testing.T, node, holder string) {
+// renewLease renews the pool's Lease in its node's name, as the node's agent does.
+func renewLease(t *testing.T, pool string) {
+	t.Helper()
+	renewLeaseAs(t, pool, nodeOf(t, pool))
+}
+
+// nodeOf is the pool's spec.nodeName.
+func nodeOf(t *testing.T, pool string) string {
+	t.Helper()
+	var p v1alpha1.SandboxPool
+	if err := admin.Get(context.Background(), types.NamespacedName{Name: pool}, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.NodeName
+}
+
+// renewLeaseAs renews the pool's Lease in holder's name.
+func renewLeaseAs(t *testing.T, pool, holder string) {
 	t.Helper()
 	ctx := context.Background()
 	now := metav1.NewMicroTime(time.Now())
-	pool := naming.PoolName(node)
 	var l coordinationv1.Lease
 	err := admin.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: pool}, &l)
 	if err != nil {
@@ -152,7 +167,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 		t.Errorf("ever-ready set before Ready")
 	}
 
-	renewLease(t, node, node)
+	renewLease(t, name)
 	agentReports(t, name, metav1.ConditionTrue)
 	p = waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
@@ -168,7 +183,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	rv := p.ResourceVersion
 	for end := time.Now().Add(2 * leaseTTL); time.Now().Before(end); {
 		time.Sleep(leaseTTL / 5) // the stand-in agent's renewal interval
-		renewLease(t, node, node)
+		renewLease(t, name)
 	}
 	var rested v1alpha1.SandboxPool
 	if err := admin.Get(ctx, types.NamespacedName{Name: name}, &rested); err != nil {
@@ -190,7 +205,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 			break
 		}
 		renewed := time.Now()
-		renewLease(t, node, node)
+		renewLease(t, name)
 		waitFor(t, name, "renewal resumed → Ready", 10*time.Second,
 			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
 		t.Logf("round %d: Ready again %s after the renewal", round, time.Since(renewed).Round(time.Millisecond))
@@ -202,7 +217,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
 
 	// Node deletion while the agent is healthy and the pod ready: Ready → Unready.
-	renewLease(t, node, node)
+	renewLease(t, name)
 	agentReports(t, name, metav1.ConditionTrue)
 	waitFor(t, name, "healthy again → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse, "NodeExists"))
@@ -240,11 +255,11 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
 	agentReports(t, name, metav1.ConditionTrue)
-	renewLease(t, node, node)
+	renewLease(t, name)
 	waitFor(t, name, "its node's Lease → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
 
-	renewLease(t, node, "op-node-other")
+	renewLeaseAs(t, name, "op-node-other")
 	p := waitFor(t, name, "a fresh Lease held by another node → ignored", 10*time.Second,
 		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, operator.ReasonLeaseHolderMismatch))
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy); !strings.Contains(c.Message, `"op-node-other"`) {
@@ -263,7 +278,7 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 		return false, fmt.Sprintf("%d events, none about %s", len(evs.Items), name)
 	})
 
-	renewLease(t, node, node)
+	renewLease(t, name)
 	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
 }
