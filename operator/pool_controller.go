@@ -37,7 +37,13 @@ const (
 	ReasonLeaseRenewed  = "LeaseRenewed"
 	ReasonLeaseExpired  = "LeaseExpired"
 	ReasonLeaseNotFound = "LeaseNotFound"
+	// ReasonLeaseHolderMismatch: the pool's Lease is held by someone other than the pool's
+	// node (spec.holderIdentity), so it says nothing about that node's agent and is ignored.
+	ReasonLeaseHolderMismatch = "LeaseHolderMismatch"
 )
+
+// ActionIgnoreLease is the action of the event about a Lease held by another identity.
+const ActionIgnoreLease = "IgnoreLease"
 
 // Defaults of the controller's flags.
 const (
@@ -93,8 +99,10 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// pool healthy requeued it for the Lease's expiry, and that pass reads the newest
 	// renewal. Only a renewal that may end an outage (the pool not healthy) is handled at
 	// once. At rest this is one reconcile per pool per TTL instead of one per renewal.
+	// A change of holder is handled at once too: a Lease taken over by another identity no
+	// longer counts for the pool's node.
 	leaseMayRecover := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return !r.agentHealthy(context.Background(), e.ObjectNew.GetName())
+		return holderOf(e.ObjectOld) != holderOf(e.ObjectNew) || !r.agentHealthy(context.Background(), e.ObjectNew.GetName())
 	}}
 	nodeExistence := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 	podGone := predicate.Funcs{
@@ -132,6 +140,11 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	agentCond, leaseExpiresIn, err := r.agentCondition(ctx, &pool, now)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if agentCond.Reason == ReasonLeaseHolderMismatch {
+		if was := meta.FindStatusCondition(pool.Status.Conditions, agentCond.Type); was == nil || was.Message != agentCond.Message {
+			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, ReasonLeaseHolderMismatch, ActionIgnoreLease, "%s", agentCond.Message)
+		}
 	}
 	conds := append([]metav1.Condition(nil), pool.Status.Conditions...)
 	meta.SetStatusCondition(&conds, nodeCond)
@@ -187,8 +200,12 @@ func (r *PoolReconciler) nodeExists(ctx context.Context, name string) (bool, err
 	return nodeExistsIn(ctx, r.Client, name)
 }
 
-// agentCondition reads the agent's Lease. Messages carry no changing timestamps, so a
-// renewal alone never causes a write. leaseExpiresIn > 0 while the lease is fresh.
+// agentCondition reads the agent's Lease. Only a Lease held by the pool's node counts: the
+// API server's Lease policy (deploy/rbac/node-policy.yaml) lets a node write its own pool's
+// Lease only and in its own name, and a Lease held by anyone else (the policy is missing, or
+// two long node names share their first 232 characters) is ignored, with a Warning event.
+// Messages carry no changing timestamps, so a renewal alone never causes a write.
+// leaseExpiresIn > 0 while the lease is fresh.
 func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.SandboxPool, now time.Time) (metav1.Condition, time.Duration, error) {
 	c := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy, ObservedGeneration: pool.Generation}
 	var lease coordinationv1.Lease
@@ -200,6 +217,11 @@ func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.Sand
 	}
 	if err != nil {
 		return c, 0, fmt.Errorf("getting lease %s/%s: %w", r.LeaseNamespace, pool.Name, err)
+	}
+	if holder := holderOf(&lease); holder != pool.Spec.NodeName {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseHolderMismatch
+		c.Message = fmt.Sprintf("lease %s/%s is held by %q, not by node %s: ignored", r.LeaseNamespace, pool.Name, holder, pool.Spec.NodeName)
+		return c, 0, nil
 	}
 	var renewed time.Time
 	switch {
@@ -216,6 +238,14 @@ func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.Sand
 	c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseExpired
 	c.Message = fmt.Sprintf("lease not renewed since %s (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
 	return c, 0, nil
+}
+
+// holderOf is the spec.holderIdentity of a Lease ("" when unset or not a Lease).
+func holderOf(o client.Object) string {
+	if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
+		return *l.Spec.HolderIdentity
+	}
+	return ""
 }
 
 // agentHealthy reports whether the cache shows pool with PlaceholderAgentHealthy=True.

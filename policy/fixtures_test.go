@@ -26,16 +26,18 @@ var (
 		Username: policy.DefaultControllerUsername,
 		Groups:   []string{user.AllAuthenticated},
 	}
+	operator = authenticationv1.UserInfo{Username: "olivia", Groups: []string{policy.DefaultOperatorGroup, user.AllAuthenticated}}
 )
 
 func kubelet(node string) authenticationv1.UserInfo {
 	return authenticationv1.UserInfo{Username: "system:node:" + node, Groups: []string{user.NodesGroup, user.AllAuthenticated}}
 }
 
-func agentServiceAccount(node string) authenticationv1.UserInfo {
+// leaseServiceAccount is node's Lease identity, which renews its pool's Lease only.
+func leaseServiceAccount(node string) authenticationv1.UserInfo {
 	return authenticationv1.UserInfo{
-		Username: serviceaccount.MakeUsername(policy.DefaultNamespace, policy.DefaultNodeServiceAccountPrefix+node),
-		Groups:   serviceaccount.MakeGroupNames(policy.DefaultNamespace),
+		Username: serviceaccount.MakeUsername(v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix+node),
+		Groups:   serviceaccount.MakeGroupNames(v1alpha1.DefaultLeaseNamespace),
 	}
 }
 

@@ -72,11 +72,10 @@ type Options struct {
 	// status-scoping rule; at least one must be set.
 	ControllerUsernames []string
 	ControllerGroups    []string
-	// NodeSANamespace and NodeSAPrefix name the per-node agent service accounts
-	// (system:serviceaccount:<NodeSANamespace>:<NodeSAPrefix><node>); both empty trusts
-	// only the node identity system:node:<node>.
-	NodeSANamespace string
-	NodeSAPrefix    string
+	// OperatorUsernames and OperatorGroups are the holders of the sandbox-pool-operator
+	// role: the policy lets them change a pool's spec.override and nothing else of it.
+	OperatorUsernames []string
+	OperatorGroups    []string
 	// PolicyBundle is an OPA bundle (a directory or a .tar.gz) to evaluate instead of the
 	// embedded one; empty uses the embedded bundle.
 	PolicyBundle string
@@ -92,8 +91,8 @@ func DefaultOptions() Options {
 		HealthAddr:          DefaultHealthAddr,
 		ControllerUsernames: c.ControllerUsernames,
 		ControllerGroups:    c.ControllerGroups,
-		NodeSANamespace:     c.NodeServiceAccountNamespace,
-		NodeSAPrefix:        c.NodeServiceAccountPrefix,
+		OperatorUsernames:   c.OperatorUsernames,
+		OperatorGroups:      c.OperatorGroups,
 	}
 }
 
@@ -109,10 +108,10 @@ func (o Options) withDefaults() Options {
 // policyConfig is the policy's data.config of o.
 func (o Options) policyConfig() policy.Config {
 	return policy.Config{
-		ControllerUsernames:         o.ControllerUsernames,
-		ControllerGroups:            o.ControllerGroups,
-		NodeServiceAccountNamespace: o.NodeSANamespace,
-		NodeServiceAccountPrefix:    o.NodeSAPrefix,
+		ControllerUsernames: o.ControllerUsernames,
+		ControllerGroups:    o.ControllerGroups,
+		OperatorUsernames:   o.OperatorUsernames,
+		OperatorGroups:      o.OperatorGroups,
 	}
 }
 
@@ -214,12 +213,14 @@ func errString(err error) string {
 }
 
 // registerRuntimeMetrics adds the Go runtime and process collectors (a manager would;
-// the webhook runs without one).
+// the webhook runs without one), with the options controller-runtime's controller package
+// registers them with: in a process that links that package too, the registration is then
+// the same collector again, not a clash of descriptors.
 func registerRuntimeMetrics(reg prometheus.Registerer) error {
 	if _, err := register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
-	_, err := register(reg, collectors.NewGoCollector())
+	_, err := register(reg, collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)))
 	return err
 }
 

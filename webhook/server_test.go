@@ -207,9 +207,9 @@ func TestHealthMux(t *testing.T) {
 func TestRunRejectsBadOptions(t *testing.T) {
 	cfg := &rest.Config{Host: "http://127.0.0.1:1"}
 	for name, o := range map[string]Options{
-		"missing bundle":         {PolicyBundle: filepath.Join(t.TempDir(), "nope"), ControllerUsernames: []string{"c"}},
-		"no controller identity": {},
-		"half a node SA config":  {ControllerUsernames: []string{"c"}, NodeSAPrefix: "agent-"},
+		"missing bundle":          {PolicyBundle: filepath.Join(t.TempDir(), "nope"), ControllerUsernames: []string{"c"}},
+		"no controller identity":  {},
+		"controller and operator": {ControllerUsernames: []string{"c"}, OperatorUsernames: []string{"c"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

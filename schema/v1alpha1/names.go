@@ -53,7 +53,13 @@ const DefaultLeaseNamespace = "sandbox-pool-node-lease"
 // that renew the Leases where the NodeRestriction admission plugin forbids a node identity
 // any Lease but its own in kube-node-lease: the agent of node N renews with
 // system:serviceaccount:<lease namespace>:placeholder-agent-N (its --lease-kubeconfig).
+// The node admission policy (deploy/rbac/node-policy.yaml) lets it write N's pool's
+// Lease and nothing else.
 const LeaseServiceAccountPrefix = "placeholder-agent-"
+
+// OperatorGroup is the group deploy/rbac binds the sandbox-pool-operator role to, and the
+// webhook's default --operator-groups: its members may change a pool's spec.override only.
+const OperatorGroup = "sandbox-pool:operators"
 
 // The placeholder pod (SPEC §3.5): a static pod the node's placeholder-agent writes into
 // kubelet's manifest directory. kubelet names its mirror pod PlaceholderPodName + "-" +

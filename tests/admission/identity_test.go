@@ -17,11 +17,7 @@ import (
 )
 
 // Identities, as deploy/rbac binds them.
-const (
-	controllerUser   = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
-	agentSANamespace = "sandbox-pool-system"
-	agentSAPrefix    = "placeholder-agent-"
-)
+const controllerUser = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
 
 var poolsGVR = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Resource: v1alpha1.ResourceSandboxPools}
 
@@ -185,21 +181,21 @@ func TestOthersCannotWriteStatus(t *testing.T) {
 	requireCluster(t)
 	createPool(t, "node-e", "c1")
 	// All are in system:nodes, so deploy/rbac gives them the agent role: only the webhook
-	// stands between them and node-e's status.
+	// stands between them and node-e's status. A service account named after node-e is not
+	// node-e: a node writes status as system:node:<node> only.
 	for _, who := range []struct {
 		name   string
 		groups []string
 	}{
 		{"alice", []string{"system:nodes"}},
-		{"system:serviceaccount:" + agentSANamespace + ":" + agentSAPrefix + "node-f", []string{"system:serviceaccounts", "system:nodes"}},
+		{"system:serviceaccount:sandbox-pool-system:placeholder-agent-node-e", []string{"system:serviceaccounts", "system:nodes"}},
+		{"system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix + "node-e", []string{"system:serviceaccounts", "system:nodes"}},
 		{"system:node:node-f", []string{"system:nodes"}},
 	} {
 		err := applyStatus(client(t, who.name, who.groups...), poolName("node-e"), v1alpha1.FieldManagerAgent, agentStatus(), false)
 		wantForbidden(t, who.name, err, who.name, poolName("node-e"))
 	}
-	// A per-node service account whose name encodes the node is the node.
-	sa := client(t, "system:serviceaccount:"+agentSANamespace+":"+agentSAPrefix+"node-e", "system:serviceaccounts", "system:nodes")
-	if err := applyStatus(sa, poolName("node-e"), v1alpha1.FieldManagerAgent, agentStatus(), false); err != nil {
-		t.Errorf("node-e's service account writing its pool: %v", err)
+	if err := applyStatus(nodeClient(t, "node-e"), poolName("node-e"), v1alpha1.FieldManagerAgent, agentStatus(), false); err != nil {
+		t.Errorf("node-e writing its pool: %v", err)
 	}
 }

@@ -3,15 +3,18 @@ package operator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +53,24 @@ func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 	}
 }
 
+// renewLease renews the pool's Lease in its node's name, as the node's agent does.
 func renewLease(t *testing.T, pool string) {
+	t.Helper()
+	renewLeaseAs(t, pool, nodeOf(t, pool))
+}
+
+// nodeOf is the pool's spec.nodeName.
+func nodeOf(t *testing.T, pool string) string {
+	t.Helper()
+	var p v1alpha1.SandboxPool
+	if err := admin.Get(context.Background(), types.NamespacedName{Name: pool}, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.NodeName
+}
+
+// renewLeaseAs renews the pool's Lease in holder's name.
+func renewLeaseAs(t *testing.T, pool, holder string) {
 	t.Helper()
 	ctx := context.Background()
 	now := metav1.NewMicroTime(time.Now())
@@ -58,13 +78,13 @@ func renewLease(t *testing.T, pool string) {
 	err := admin.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: pool}, &l)
 	if err != nil {
 		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: pool},
-			Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &now}}
 		if err := admin.Create(ctx, &l); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	l.Spec.RenewTime = &now
+	l.Spec.RenewTime, l.Spec.HolderIdentity = &now, &holder
 	if err := admin.Update(ctx, &l); err != nil {
 		t.Fatal(err)
 	}
@@ -215,4 +235,50 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionResourceSynced); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("agent condition lost: %+v", c)
 	}
+}
+
+// TestLeaseOfAnotherHolderIgnored: a Lease renewed in another identity's name says nothing
+// about the pool's node, even if fresh. The controller ignores it (PlaceholderAgentHealthy
+// False, LeaseHolderMismatch) with a Warning event, and counts the Lease again once the
+// node holds it.
+func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	const node = "op-node-holder"
+	name := naming.PoolName(node)
+	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	if err := admin.Create(ctx, newPool(node)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
+	agentReports(t, name, metav1.ConditionTrue)
+	renewLease(t, name)
+	waitFor(t, name, "its node's Lease → Ready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+
+	renewLeaseAs(t, name, "op-node-other")
+	p := waitFor(t, name, "a fresh Lease held by another node → ignored", 10*time.Second,
+		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, operator.ReasonLeaseHolderMismatch))
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy); !strings.Contains(c.Message, `"op-node-other"`) {
+		t.Errorf("the condition does not name the holder: %q", c.Message)
+	}
+	eventually(t, "a Warning event about the Lease", 10*time.Second, func() (bool, string) {
+		var evs eventsv1.EventList
+		if err := admin.List(ctx, &evs); err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == operator.ReasonLeaseHolderMismatch && e.Type == corev1.EventTypeWarning {
+				return strings.Contains(e.Note, "op-node-other"), e.Note
+			}
+		}
+		return false, fmt.Sprintf("%d events, none about %s", len(evs.Items), name)
+	})
+
+	renewLease(t, name)
+	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
 }
