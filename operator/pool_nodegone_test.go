@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,8 +118,9 @@ func newNodeGoneFixture(t *testing.T, t0 time.Time) *nodeGoneFixture {
 	pool := newPool(class, "gone-node", testSnapshot("2"))
 	pool.UID = "pool-uid"
 	expired := metav1.NewMicroTime(t0.Add(-time.Hour))
+	// Held in the node's name, as the agent renews it (a Lease of another holder is ignored).
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultLeaseNamespace, Name: pool.Name},
-		Spec: coordinationv1.LeaseSpec{RenewTime: &expired}}
+		Spec: coordinationv1.LeaseSpec{RenewTime: &expired, HolderIdentity: ptr.To(pool.Spec.NodeName)}}
 	c := fake.NewClientBuilder().WithScheme(sch).WithObjects(class, pool, lease).
 		WithStatusSubresource(&v1alpha1.SandboxPool{}).Build()
 	return &nodeGoneFixture{
