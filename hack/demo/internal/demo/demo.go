@@ -303,7 +303,7 @@ func show(kubectl func(...string) (string, error), st stack.State, tools stack.T
 		return out
 	}
 	fmt.Print(section("classes and pools", "get", "spc,sp"))
-	fmt.Print(section("the mirror pod", "-n", v1alpha1.DefaultPodNamespace, "get", "pods", "-o", "wide"))
+	fmt.Print(section("the mirror pods", "-n", v1alpha1.DefaultPodNamespace, "get", "pods", "-o", "wide"))
 	node := section("allocated", "describe", "node", st.NodeName)
 	if i := strings.Index(node, "Allocated resources:"); i >= 0 {
 		node = node[i:]
@@ -323,14 +323,17 @@ Use the demo's cluster:
 
 Try next:
   kubectl patch spc demo --type=merge -p '{"spec":{"resourcePolicy":{"resources":{"memory":"384Mi"}}}}'
-                                          # resize: the request goes up first, then node-ctl
+                                          # resize: a placeholder pod for the growth, then
+                                          # node-ctl; the pods are then folded into one
+  kubectl patch spc demo --type=merge -p '{"spec":{"resourcePolicy":{"resources":{"cpu":"3"}}}}'
+                                          # more than the node has: deferred, the lock kept
   kubectl get sp %[4]s -o jsonpath='{.status.resize}'; echo
   curl -s --unix-socket %[5]s http://node-ctl/v1/state; echo
-  kubectl -n %[6]s delete pod sandbox-pool-%[1]s
-                                          # the mirror pod: kubelet recreates it on its next
-                                          # sync (10 s here; 1 min with kubelet's default)
-  rm %[7]s/sandbox-pool-%[4]s.yaml
-                                          # the manifest: the agent restores it at once
+  kubectl -n %[6]s delete pod -l sandbox-pool.io/node=%[1]s
+                                          # the mirror pods: kubelet recreates them on its
+                                          # next sync (10 s here; 1 min with kubelet's default)
+  rm %[7]s/sandbox-pool-%[4]s_*.yaml
+                                          # the manifests: the agent restores the lock at once
   kubectl delete spc demo                 # the pool, the pod and node-ctl's slice go
   make demo-down                          # stop everything (logs in %[8]s until then)
 `, st.NodeName, st.Kubeconfig, tools.Kubectl(), pool, st.NodeCtlSocket, v1alpha1.DefaultPodNamespace, st.ManifestDir, st.LogDir)
