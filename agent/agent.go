@@ -225,7 +225,7 @@ func (a *Agent) setup() error {
 	})
 }
 
-// Run cleans up orphaned manifests (once, at start; SPEC §3.5), then runs the agent until
+// Run cleans up orphaned manifests (once, at start; docs/design.md §3.5), then runs the agent until
 // ctx ends. The cleanup asks the API server about each file and keeps every file it cannot
 // ask about, so an agent started while the API server is down removes nothing.
 func (a *Agent) Run(ctx context.Context) error {

@@ -95,7 +95,7 @@ func changedMaterially(old, now nodeCtlView) bool {
 }
 
 // renewLeases renews the Lease of every pool of the node every LeaseRenewInterval: the
-// controller's only signal that this agent lives (SPEC §3.4).
+// controller's only signal that this agent lives (docs/design.md §3.4).
 func (a *Agent) renewLeases(ctx context.Context) error {
 	tick := time.NewTicker(a.opts.LeaseRenewInterval)
 	defer tick.Stop()

@@ -156,7 +156,7 @@ func statusKey(st v1alpha1.SandboxPoolStatus) (string, error) {
 	return string(b), err
 }
 
-// agentFields is the part of a pool's status the agent owns (SPEC §4), as read back.
+// agentFields is the part of a pool's status the agent owns (docs/design.md §4), as read back.
 func agentFields(s v1alpha1.SandboxPoolStatus) v1alpha1.SandboxPoolStatus {
 	own := v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
 		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, PoolInfo: s.PoolInfo,
@@ -312,7 +312,7 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // applyStatus server-side applies the agent's fields. Never forced: a conflict is retried
-// on the next pass (SPEC §4).
+// on the next pass (docs/design.md §4).
 func (a *Agent) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, st v1alpha1.SandboxPoolStatus) error {
 	patch, err := json.Marshal(map[string]any{
 		"apiVersion": v1alpha1.SchemeGroupVersion.String(),

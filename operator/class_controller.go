@@ -70,7 +70,7 @@ const (
 	indexPoolClass = "spec.classRef.name"
 )
 
-// ClassReconciler fans a SandboxPoolClass out to one SandboxPool per matching node (SPEC
+// ClassReconciler fans a SandboxPoolClass out to one SandboxPool per matching node (docs/design.md
 // §3.4): creates in slow-start batches, keeps every snapshot equal to the class's policy,
 // deletes the pools of nodes that stop matching, and keeps the class's status counts and
 // its NodeConflict and PoolsSynced conditions.

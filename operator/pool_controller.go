@@ -1,4 +1,4 @@
-// Package operator is the SandboxPool controller (SPEC §3.4): the class fan-out and the
+// Package operator is the SandboxPool controller (docs/design.md §3.4): the class fan-out and the
 // per-pool phase aggregation, run by a controller-runtime manager (cmd/sandboxpool-controller).
 package operator
 
@@ -275,7 +275,7 @@ func statusChanged(pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, cond
 }
 
 // applyStatus server-side applies exactly the controller's fields. It never forces: a
-// conflict is an error and the next reconcile retries (SPEC §4).
+// conflict is an error and the next reconcile retries (docs/design.md §4).
 func (r *PoolReconciler) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) error {
 	var mine []metav1.Condition
 	for _, t := range v1alpha1.ControllerConditions {

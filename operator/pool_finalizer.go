@@ -16,7 +16,7 @@ import (
 )
 
 // DefaultFinalizerTimeout is how long a deleted pool waits for its mirror pod to go before
-// the controller removes its finalizer anyway (SPEC §3.4: 10 minutes).
+// the controller removes its finalizer anyway (docs/design.md §3.4: 10 minutes).
 const DefaultFinalizerTimeout = 10 * time.Minute
 
 // Reasons of the pool finalizer's events.

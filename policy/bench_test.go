@@ -24,7 +24,7 @@ func inventory(n int) map[string]policy.PoolRef {
 }
 
 // BenchmarkEvaluate measures one admission decision per request kind. The pool create
-// runs against an inventory of 1,000 pools (and 10,000: the SPEC's scale), since the
+// runs against an inventory of 1,000 pools (and 10,000: the design's scale, docs/design.md §5), since the
 // class-conflict rule scans it.
 func BenchmarkEvaluate(b *testing.B) {
 	ctx := context.Background()

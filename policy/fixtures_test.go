@@ -41,7 +41,7 @@ func leaseServiceAccount(node string) authenticationv1.UserInfo {
 	}
 }
 
-// poolName is the deterministic pool name of SPEC §2, restated here so that the test
+// poolName is the deterministic pool name of docs/design.md §2, restated here so that the test
 // checks the Rego implementation against an independent one.
 func poolName(node string) string {
 	if len(node) <= 241 {

@@ -1,4 +1,4 @@
-// Package webhook is the SandboxPool validating admission webhook (SPEC §3.3).
+// Package webhook is the SandboxPool validating admission webhook (docs/design.md §3.3).
 //
 // A request goes through one pipeline, Validator, shared by the HTTPS Handler and the
 // offline `sandboxpool vet` command: the CUE schema (package schema) validates and

@@ -1,5 +1,5 @@
 // Package manifest renders, writes, reads and watches the static pod manifest of a
-// SandboxPool's placeholder pod (SPEC §3.5).
+// SandboxPool's placeholder pod (docs/design.md §3.5).
 //
 // The node's placeholder-agent writes one file per pool, sandbox-pool-{pool}.yaml, into
 // kubelet's manifest directory (--manifest-dir, by default /etc/kubernetes/manifests).

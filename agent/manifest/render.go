@@ -29,7 +29,7 @@ const header = "# Placeholder pod of a SandboxPool, written by placeholder-agent
 // ("4000m" as "4", "16384Mi" as "16Gi"; a quantity given without a binary suffix stays
 // decimal).
 //
-// The pod, in SPEC §2 and §3.5 terms:
+// The pod, in docs/design.md §2 and §3.5 terms:
 //   - metadata.name PodName(s.Piece) (kubelet appends "-" + the node name for the mirror
 //     pod), metadata.namespace s.Namespace or v1alpha1.DefaultPodNamespace;
 //   - labels sandbox-pool.io/class, /node and /pool-name (values through

@@ -1,5 +1,5 @@
 // Package phase computes the aggregated phase of a SandboxPool from its status conditions
-// (SPEC §3.4). Compute is a pure function: no I/O and no clock reads; the caller passes the
+// (docs/design.md §3.4). Compute is a pure function: no I/O and no clock reads; the caller passes the
 // current time in, and gets back how long until the phase would change with time alone, so
 // the controller can requeue exactly at the NodeCtl 5-minute boundary.
 //

@@ -12,7 +12,7 @@ const (
 	ResourceSandboxPools       = "sandboxpools"
 )
 
-// Labels and annotations on pools and placeholder pods (SPEC §2).
+// Labels and annotations on pools and placeholder pods (docs/design.md §2).
 const (
 	LabelPrefix = "sandbox-pool.io/"
 
@@ -33,7 +33,7 @@ const (
 	// AnnotationManifestHash is the SHA-256 of the rendered static pod manifest.
 	AnnotationManifestHash = LabelPrefix + "manifest-hash"
 	// AnnotationEverReady on a pool is set by the controller the first time the pool is
-	// Ready and never removed: the sticky EverReady of the phase table (SPEC §3.4), kept in
+	// Ready and never removed: the sticky EverReady of the phase table (docs/design.md §3.4), kept in
 	// metadata because the controller owns only phase and two conditions in status.
 	AnnotationEverReady = LabelPrefix + "ever-ready"
 )
@@ -42,7 +42,7 @@ const (
 // webhook Deployments, their service accounts and the controller's leader-election Lease.
 const DefaultSystemNamespace = "sandbox-pool-system"
 
-// Lease liveness (SPEC §3.4): each agent renews a coordination.k8s.io Lease named after its
+// Lease liveness (docs/design.md §3.4): each agent renews a coordination.k8s.io Lease named after its
 // pool, in a namespace of the operator's choosing (Leases are namespaced). The default is a
 // namespace of its own, like kube-node-lease: the agents' only Lease grant is a Role there
 // (deploy/rbac), so a node can renew pool Leases but not touch the controller's
@@ -61,7 +61,7 @@ const LeaseServiceAccountPrefix = "placeholder-agent-"
 // webhook's default --operator-groups: its members may change a pool's spec.override only.
 const OperatorGroup = "sandbox-pool:operators"
 
-// The placeholder pod (SPEC §3.5): a static pod the node's placeholder-agent writes into
+// The placeholder pod (docs/design.md §3.5): a static pod the node's placeholder-agent writes into
 // kubelet's manifest directory. kubelet names its mirror pod PlaceholderPodName + "-" +
 // the node name; with one pool per node that name is unique.
 const (
@@ -73,13 +73,13 @@ const (
 	DefaultPodNamespace = DefaultSystemNamespace
 )
 
-// Server-side apply field managers: the two writers of SandboxPool status (SPEC §4).
+// Server-side apply field managers: the two writers of SandboxPool status (docs/design.md §4).
 const (
 	FieldManagerAgent      = "placeholder-agent"
 	FieldManagerController = "sandboxpool-controller"
 )
 
-// Condition types of SandboxPool (SPEC §3.4). The agent owns the first five, the
+// Condition types of SandboxPool (docs/design.md §3.4). The agent owns the first five, the
 // controller the last two.
 const (
 	ConditionPlaceholderPodReady     = "PlaceholderPodReady"
@@ -103,7 +103,7 @@ const (
 	ConditionPoolsSynced = "PoolsSynced"
 )
 
-// Finalizers (SPEC §2: both kinds use finalizers for ordered deletion).
+// Finalizers (docs/design.md §2: both kinds use finalizers for ordered deletion).
 const (
 	// FinalizerClassPools keeps a class until the controller has deleted all its pools.
 	FinalizerClassPools = GroupName + "/pools"
@@ -115,7 +115,7 @@ const (
 // SandboxPoolPhase is the aggregated phase of a pool.
 type SandboxPoolPhase string
 
-// Phases of a pool (SPEC §3.4).
+// Phases of a pool (docs/design.md §3.4).
 const (
 	PhasePending  SandboxPoolPhase = "Pending"
 	PhaseReady    SandboxPoolPhase = "Ready"

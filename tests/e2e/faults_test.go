@@ -56,7 +56,7 @@ func TestNodeCtlKilled(t *testing.T) {
 
 // TestAgentStopped: the agent stops → its Lease is not renewed → after the TTL (shortened
 // to 4 s) the controller sets PlaceholderAgentHealthy=False and the phase drops to
-// Degraded (the pod still runs: SPEC §3.4 rule 4). The agent back → Ready.
+// Degraded (the pod still runs: docs/design.md §3.4 rule 4). The agent back → Ready.
 func TestAgentStopped(t *testing.T) {
 	s := requireStack(t)
 	ensureClass(t)

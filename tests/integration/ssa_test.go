@@ -49,7 +49,7 @@ func managedConditions(u *unstructured.Unstructured, manager string) string {
 	return strings.Join(owned, ",")
 }
 
-// TestTwoFieldManagersOwnTheirConditions proves SPEC §4 on the real API server: the agent
+// TestTwoFieldManagersOwnTheirConditions proves docs/design.md §4 on the real API server: the agent
 // and the controller apply their own condition entries of one map list without conflict
 // or loss, a write into the other's field is a conflict, and an unchanged apply writes
 // nothing.

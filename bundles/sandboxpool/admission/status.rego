@@ -1,6 +1,6 @@
 # METADATA
 # description: |
-#   Status scoping of SandboxPool (SPEC §3.2 and §4): who may write a pool's status
+#   Status scoping of SandboxPool (docs/design.md §3.2 and §4): who may write a pool's status
 #   subresource, and which fields each writer owns.
 package sandboxpool.admission.status
 
