@@ -379,7 +379,7 @@ func (a *Agent) runCommand(ctx context.Context, what, command string, pid int) {
 
 // poolGone handles a pool that is deleted or being deleted: its manifest goes (kubelet then
 // removes the pod and the controller releases the pool), and node-ctl is stopped, once.
-// A resize rebuilds the pod but never gets here: node-ctl is stopped only when the pool is
+// A resize replaces pieces but never gets here: node-ctl is stopped only when the pool is
 // really gone.
 func (a *Agent) poolGone(ctx context.Context, name string, uid types.UID) error {
 	if err := manifest.RemovePool(a.opts.ManifestDir, name); err != nil {
