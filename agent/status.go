@@ -17,6 +17,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
+const overrideSourceSpec = "spec.override"
+
 // allocatedStep is how far the reported memory in use may drift before a status write:
 // the larger of 16 MiB and 2 % of the allocatable memory. Usage moves all the time; the
 // status is not a time series.
@@ -178,12 +180,12 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 			out = append(out, c)
 		}
 	}
-	set := func(typ string, ok bool, reason, msg string) {
+	set := func(typ v1alpha1.ConditionType, ok bool, reason v1alpha1.ConditionReason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
 			s = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&out, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: pool.Generation})
+		meta.SetStatusCondition(&out, metav1.Condition{Type: typ.String(), Status: s, Reason: reason.String(), Message: msg, ObservedGeneration: pool.Generation})
 	}
 	plan, nc := ps.plan, ps.nc
 
@@ -191,39 +193,39 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 	set(v1alpha1.ConditionPlaceholderPodReady, ready, reason, msg)
 
 	if nc.Healthy {
-		set(v1alpha1.ConditionNodeCtlHealthy, true, ReasonNodeCtlHealthy, "node-ctl answers on "+a.opts.NodeCtlSocket)
+		set(v1alpha1.ConditionNodeCtlHealthy, true, v1alpha1.ReasonNodeCtlHealthy, "node-ctl answers on "+a.opts.NodeCtlSocket)
 	} else {
-		set(v1alpha1.ConditionNodeCtlHealthy, false, ReasonNodeCtlUnreachable, "node-ctl: "+nc.Err)
+		set(v1alpha1.ConditionNodeCtlHealthy, false, v1alpha1.ReasonNodeCtlUnreachable, "node-ctl: "+nc.Err)
 	}
 
 	switch {
 	case plan.Synced:
-		set(v1alpha1.ConditionResourceSynced, true, ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
+		set(v1alpha1.ConditionResourceSynced, true, v1alpha1.ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
 	case plan.Deferred != "":
-		set(v1alpha1.ConditionResourceSynced, false, ReasonResizeDeferred, plan.Reason)
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonResizeDeferred, plan.Reason)
 	case ps.nodeCtlErr != nil:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlRejected, ps.nodeCtlErr.Error())
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonNodeCtlRejected, ps.nodeCtlErr.Error())
 	case !nc.Healthy:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlUnreachable, "node-ctl does not answer")
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonNodeCtlUnreachable, "node-ctl does not answer")
 	case plan.Waiting != "":
-		set(v1alpha1.ConditionResourceSynced, false, ReasonWaitingForKubelet, plan.Waiting)
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonWaitingForKubelet, plan.Waiting)
 	default:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonResizing, "moving node-ctl and the placeholder pods to the pool's resources")
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonResizing, "moving node-ctl and the placeholder pods to the pool's resources")
 	}
 
 	// A resize in progress moves without a fault: node-ctl answers and takes its configs.
 	// The pool stays Ready meanwhile (the old lock holds); a fault makes it Degraded.
 	inProgress := !plan.Synced && plan.Deferred == "" && ps.nodeCtlErr == nil && nc.Healthy
-	reason = ReasonNoResize
+	reason = v1alpha1.ReasonNoResize
 	if inProgress {
-		reason = ReasonResizeInProgress
+		reason = v1alpha1.ReasonResizeInProgress
 	}
 	set(v1alpha1.ConditionResizeInProgress, inProgress, reason,
 		fmt.Sprintf("the pool asks for %s; the placeholder pods hold %s", resourcesText(ps.desired), resourcesText(plan.Lock)))
 	if plan.Deferred != "" {
-		set(v1alpha1.ConditionResizeDeferred, true, string(plan.Deferred), plan.Reason)
+		set(v1alpha1.ConditionResizeDeferred, true, plan.Deferred, plan.Reason)
 	} else {
-		set(v1alpha1.ConditionResizeDeferred, false, ReasonNoResize, "no resize is waiting")
+		set(v1alpha1.ConditionResizeDeferred, false, v1alpha1.ReasonNoResize, "no resize is waiting")
 	}
 	return out
 }
@@ -231,8 +233,11 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 // readiness is PlaceholderPodReady: the pool's placeholder pods run, as their mirror pods
 // and the shim both say, and hold at least what node-ctl runs. A pod added for a resize
 // that is not running yet does not count against it; a running one that broke does.
-func (a *Agent) readiness(ps pass) (bool, string, string) {
-	type why struct{ reason, msg string }
+func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
+	type why struct {
+		reason v1alpha1.ConditionReason
+		msg    string
+	}
 	var broken, waiting *why
 	covered := corev1.ResourceList{}
 	var running []string
@@ -242,10 +247,10 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 		sh, known := a.shimFor(name)
 		switch {
 		case known && sh.Started && sh.Exited && pc.State != piecePending && pc.State != pieceRejected:
-			broken = &why{ReasonShimExited, fmt.Sprintf("the placeholder shim of %s (pid %d) is gone without a word", name, sh.PID)}
+			broken = &why{v1alpha1.ReasonShimExited, fmt.Sprintf("the placeholder shim of %s (pid %d) is gone without a word", name, sh.PID)}
 		case pc.State == pieceRunning && known && !sh.Started:
-			if broken == nil || broken.reason != ReasonShimExited {
-				broken = &why{ReasonShimStopped, "the placeholder shim stopped " + name}
+			if broken == nil || broken.reason != v1alpha1.ReasonShimExited {
+				broken = &why{v1alpha1.ReasonShimStopped, "the placeholder shim stopped " + name}
 			}
 		case pc.State == pieceRunning:
 			if pc.Trusted {
@@ -253,10 +258,10 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 				running = append(running, name)
 			}
 		case pc.State == pieceRejected:
-			waiting = &why{ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
+			waiting = &why{v1alpha1.ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
 		case pc.State == pieceAdmitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
-			if waiting == nil || waiting.reason != ReasonPodRejected {
-				waiting = &why{ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
+			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
+				waiting = &why{v1alpha1.ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
 			}
 		default:
 			if waiting == nil {
@@ -264,7 +269,7 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 				if mirror != nil {
 					state = "it is " + string(mirror.Status.Phase)
 				}
-				waiting = &why{ReasonPodNotRunning, name + " is not running: " + state}
+				waiting = &why{v1alpha1.ReasonPodNotRunning, name + " is not running: " + state}
 			}
 		}
 	}
@@ -272,15 +277,15 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 		return false, broken.reason, broken.msg
 	}
 	if len(running) > 0 && covers(covered, ps.applied) {
-		return true, ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
+		return true, v1alpha1.ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
 	}
 	if waiting != nil {
 		return false, waiting.reason, waiting.msg
 	}
 	if len(running) > 0 {
-		return false, ReasonPodNotRunning, "the running placeholder pods hold " + resourcesText(covered) + ", less than node-ctl runs (" + resourcesText(ps.applied) + ")"
+		return false, v1alpha1.ReasonPodNotRunning, "the running placeholder pods hold " + resourcesText(covered) + ", less than node-ctl runs (" + resourcesText(ps.applied) + ")"
 	}
-	return false, ReasonPodNotRunning, "the pool has no placeholder pod yet"
+	return false, v1alpha1.ReasonPodNotRunning, "the pool has no placeholder pod yet"
 }
 
 // readyMessage is ": " and the message of the pod's Ready condition, if it has one.
@@ -294,12 +299,7 @@ func readyMessage(pod *corev1.Pod) string {
 }
 
 func isAgentCondition(t string) bool {
-	switch t {
-	case v1alpha1.ConditionPlaceholderPodReady, v1alpha1.ConditionResourceSynced, v1alpha1.ConditionNodeCtlHealthy,
-		v1alpha1.ConditionResizeInProgress, v1alpha1.ConditionResizeDeferred:
-		return true
-	}
-	return false
+	return slices.Contains(v1alpha1.AgentConditions, v1alpha1.ConditionType(t))
 }
 
 func podReady(pod *corev1.Pod) bool {

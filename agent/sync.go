@@ -25,33 +25,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// Reasons of the agent's conditions and events.
-const (
-	ReasonPodsRunning         = "PodsRunning"
-	ReasonPodNotRunning       = "PodNotRunning"
-	ReasonPodNotReady         = "PodNotReady"
-	ReasonPodRejected         = "PodRejected"
-	ReasonShimStopped         = "ShimStopped"
-	ReasonShimExited          = "ShimExited"
-	ReasonNodeCtlHealthy      = "Healthy"
-	ReasonNodeCtlUnreachable  = "Unreachable"
-	ReasonSynced              = "Synced"
-	ReasonResizing            = "Resizing"
-	ReasonWaitingForKubelet   = "WaitingForKubelet"
-	ReasonNodeCtlRejected     = "NodeCtlRejected"
-	ReasonResizeDeferred      = "ResizeDeferred"
-	ReasonResizeInProgress    = "ResizeInProgress"
-	ReasonNoResize            = "NoResize"
-	ReasonResizeCompleted     = "ResizeCompleted"
-	ReasonResizeDeferredLong  = "ResizeDeferredTooLong"
-	ReasonInvalidPool         = "InvalidPool"
-	ReasonNodeCtlStopped      = "NodeCtlStopped"
-	ActionResize              = "Resize"
-	ActionValidate            = "Validate"
-	ActionStopNodeCtl         = "StopNodeCtl"
-	overrideSourceSpec        = "spec.override"
-	nodeCtlRestartMinInterval = 30 * time.Second
-)
+// nodeCtlRestartMinInterval is the least time between two runs of the node-ctl restart
+// command.
+const nodeCtlRestartMinInterval = 30 * time.Second
 
 // Backoff after kubelet refused a piece of a pool: the first retry after rejectionBackoff,
 // doubling up to maxRejectionBackoff.
@@ -104,7 +80,7 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 	pool, err = a.defaulted(pool)
 	if err != nil {
 		log.Error(err, "pool fails the schema; keeping the current manifests")
-		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonInvalidPool, ActionValidate, "Pool fails the schema, manifests left as they are: %v", err)
+		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, EventReasonInvalidPool, ActionValidate, "Pool fails the schema, manifests left as they are: %v", err)
 		return ctrl.Result{}, nil
 	}
 
@@ -425,7 +401,7 @@ func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc piece) {
 	n.lastRejection = "kubelet refused placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
 	a.resizes[pool.Name] = n
 	a.mu.Unlock()
-	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonPodRejected, ActionResize,
+	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodRejected.String(), ActionResize,
 		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), resourcesText(pc.Res), pc.Reason)
 }
 
@@ -457,13 +433,13 @@ func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
 		n.deferredSince, n.deferredKind, n.warnedLong = now, p.Deferred, false
 		reason := p.Reason
 		events = append(events, func() {
-			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferred, ActionResize, "Resize deferred: %s", reason)
+			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonResizeDeferred.String(), ActionResize, "Resize deferred: %s", reason)
 		})
 	case !n.warnedLong && now.Sub(n.deferredSince) >= a.opts.DeferredWarningAfter:
 		n.warnedLong = true
 		d, reason := now.Sub(n.deferredSince).Round(time.Second), p.Reason
 		events = append(events, func() {
-			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferredLong, ActionResize, "Resize deferred for %s: %s", d, reason)
+			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, EventReasonResizeDeferredTooLong, ActionResize, "Resize deferred for %s: %s", d, reason)
 		})
 	}
 	if ps.applied != nil && !p.Synced {
@@ -473,7 +449,7 @@ func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
 		if n.inProgress {
 			lock := resourcesText(p.Lock)
 			events = append(events, func() {
-				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, ReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
+				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, EventReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
 			})
 		}
 		n.inProgress, n.rejections, n.lastRejection = false, 0, ""

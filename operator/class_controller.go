@@ -36,28 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
-// Reasons of the class's conditions and events.
-const (
-	ReasonNodeConflict        = "NodeConflict"
-	ReasonNoConflict          = "NoConflict"
-	ReasonPoolsSynced         = "AllPoolsSynced"
-	ReasonProgressing         = "Progressing"
-	ReasonSyncFailed          = "SyncFailed"
-	ReasonPriorityClassAbsent = "PriorityClassNotFound"
-	ReasonInvalidSelector     = "InvalidSelector"
-	ReasonSuccessfulCreate    = "SuccessfulCreate"
-	ReasonSuccessfulUpdate    = "SuccessfulUpdate"
-	ReasonSuccessfulDelete    = "SuccessfulDelete"
-)
-
-// Actions of the controller's events (events.k8s.io/v1 requires one).
-const (
-	ActionCreatePool     = "CreatePool"
-	ActionUpdatePool     = "UpdatePool"
-	ActionDeletePool     = "DeletePool"
-	ActionRemoveFinalize = "RemoveFinalizer"
-)
-
 // DefaultBurstCreates caps the pool creates of one class reconcile; the rest follow on the
 // next pass (the DaemonSet controller's BurstReplicas).
 const DefaultBurstCreates = 250
@@ -176,8 +154,8 @@ func (r *ClassReconciler) nodeEvents() handler.Funcs {
 func poolChangeMattersToClass(o, n *v1alpha1.SandboxPool) bool {
 	return o.Status.Phase != n.Status.Phase || o.Generation != n.Generation ||
 		resizeDeferred(o) != resizeDeferred(n) ||
-		meta.IsStatusConditionFalse(o.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) !=
-			meta.IsStatusConditionFalse(n.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) ||
+		meta.IsStatusConditionFalse(o.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) !=
+			meta.IsStatusConditionFalse(n.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
 		!labels.Equals(o.Labels, n.Labels) || len(o.Finalizers) != len(n.Finalizers) ||
 		len(o.OwnerReferences) != len(n.OwnerReferences)
@@ -316,7 +294,7 @@ type syncResult struct {
 	more bool
 	// permanent marks a syncErr that retrying cannot fix (the class must change first).
 	permanent bool
-	reason    string
+	reason    v1alpha1.ConditionReason
 }
 
 // sync makes the class's pools match its selector and policy.
@@ -324,19 +302,19 @@ func (r *ClassReconciler) sync(ctx context.Context, class *v1alpha1.SandboxPoolC
 	log := logf.FromContext(ctx)
 	sel, err := metav1.LabelSelectorAsSelector(&class.Spec.Selector)
 	if err != nil {
-		return syncResult{permanent: true, reason: ReasonInvalidSelector}, fmt.Errorf("spec.selector: %w", err)
+		return syncResult{permanent: true, reason: v1alpha1.ReasonInvalidSelector}, fmt.Errorf("spec.selector: %w", err)
 	}
 	snap, err := buildSnapshot(ctx, r.Client, r.Schema, class)
 	if err != nil {
 		if errors.Is(err, errPriorityClassNotFound) {
 			// The PriorityClass watch brings the class back when it appears.
-			return syncResult{permanent: true, reason: ReasonPriorityClassAbsent}, err
+			return syncResult{permanent: true, reason: v1alpha1.ReasonPriorityClassNotFound}, err
 		}
-		return syncResult{reason: ReasonSyncFailed}, err
+		return syncResult{reason: v1alpha1.ReasonSyncFailed}, err
 	}
 	nodes, err := r.nodes(ctx)
 	if err != nil {
-		return syncResult{reason: ReasonSyncFailed}, err
+		return syncResult{reason: v1alpha1.ReasonSyncFailed}, err
 	}
 	plan := planClass(planInput{
 		Class: class, Selector: sel, Snapshot: snap, Nodes: nodes, Pools: ours,
@@ -365,14 +343,14 @@ func (r *ClassReconciler) sync(ctx context.Context, class *v1alpha1.SandboxPoolC
 		res.plan.conflicts = append(res.plan.conflicts, conflicts...)
 		if created > 0 {
 			log.Info("created pools", "count", created)
-			r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, ActionCreatePool, "Created %d pools", created)
+			r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, EventReasonSuccessfulCreate, ActionCreatePool, "Created %d pools", created)
 		}
 		errs = append(errs, err)
 	}
 	errs = append(errs, r.updatePools(ctx, ours, plan.update))
 	if n := len(plan.update); n > 0 {
 		log.Info("updated pool snapshots", "count", n)
-		r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, ReasonSuccessfulUpdate, ActionUpdatePool, "Updated %d pools to the class's policy", n)
+		r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, EventReasonSuccessfulUpdate, ActionUpdatePool, "Updated %d pools to the class's policy", n)
 	}
 	for _, pool := range plan.remove {
 		if err := r.Client.Delete(ctx, pool, client.Preconditions{UID: &pool.UID}); client.IgnoreNotFound(err) != nil {
@@ -380,12 +358,12 @@ func (r *ClassReconciler) sync(ctx context.Context, class *v1alpha1.SandboxPoolC
 			continue
 		}
 		log.Info("deleted pool of a node that no longer matches", "pool", pool.Name, "node", pool.Spec.NodeName)
-		r.Recorder.Eventf(class, pool, corev1.EventTypeNormal, ReasonSuccessfulDelete, ActionDeletePool,
+		r.Recorder.Eventf(class, pool, corev1.EventTypeNormal, EventReasonSuccessfulDelete, ActionDeletePool,
 			"Deleted pool %s: node %s no longer matches the selector", pool.Name, pool.Spec.NodeName)
 	}
 	r.reportConflicts(class, res.plan.conflicts)
 	if err := errors.Join(errs...); err != nil {
-		res.reason = ReasonSyncFailed
+		res.reason = v1alpha1.ReasonSyncFailed
 		return res, err
 	}
 	return res, nil
@@ -456,7 +434,7 @@ func (r *ClassReconciler) reportConflicts(class *v1alpha1.SandboxPoolClass, conf
 	for _, c := range conflicts {
 		now[c.Node] = true
 		if !r.conflicted[class.Name][c.Node] {
-			r.Recorder.Eventf(class, nil, corev1.EventTypeWarning, ReasonNodeConflict, ActionCreatePool,
+			r.Recorder.Eventf(class, nil, corev1.EventTypeWarning, v1alpha1.ReasonNodeConflict.String(), ActionCreatePool,
 				"Node %s already has pool %s of class %s; this class does not get a pool there", c.Node, c.Pool, c.Class)
 		}
 	}
@@ -523,7 +501,7 @@ func (r *ClassReconciler) finalizeClass(ctx context.Context, class *v1alpha1.San
 	}
 	if deleting > 0 {
 		logf.FromContext(ctx).Info("class deleted: deleting its pools", "count", deleting)
-		r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, ReasonSuccessfulDelete, ActionDeletePool,
+		r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, EventReasonSuccessfulDelete, ActionDeletePool,
 			"Class deleted: deleting its %d pools", deleting)
 	}
 	if len(errs) > 0 || len(ours) > 0 || !controllerutil.ContainsFinalizer(class, v1alpha1.FinalizerClassPools) {
@@ -552,7 +530,7 @@ func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.Sand
 		if r := p.Status.Resize; r != nil && r.Status == v1alpha1.ResizeDeferred {
 			counts.resizeDeferred++
 		}
-		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) {
+		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
 			counts.heartbeatStale++
 		}
 	}
@@ -560,19 +538,19 @@ func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.Sand
 	setPoolMetrics(class.Name, counts)
 
 	want.Conditions = append([]metav1.Condition(nil), class.Status.Conditions...)
-	conflict := metav1.Condition{Type: v1alpha1.ConditionNodeConflict, ObservedGeneration: class.Generation,
-		Status: metav1.ConditionFalse, Reason: ReasonNoConflict, Message: "no selected node has a pool of another class"}
+	conflict := metav1.Condition{Type: v1alpha1.ConditionNodeConflict.String(), ObservedGeneration: class.Generation,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNoConflict.String(), Message: "no selected node has a pool of another class"}
 	if cs := res.plan.conflicts; len(cs) > 0 {
-		conflict.Status, conflict.Reason, conflict.Message = metav1.ConditionTrue, ReasonNodeConflict, conflictMessage(cs)
+		conflict.Status, conflict.Reason, conflict.Message = metav1.ConditionTrue, v1alpha1.ReasonNodeConflict.String(), conflictMessage(cs)
 	}
 	meta.SetStatusCondition(&want.Conditions, conflict)
-	synced := metav1.Condition{Type: v1alpha1.ConditionPoolsSynced, ObservedGeneration: class.Generation,
-		Status: metav1.ConditionTrue, Reason: ReasonPoolsSynced, Message: "every selected node has a pool with the class's policy"}
+	synced := metav1.Condition{Type: v1alpha1.ConditionPoolsSynced.String(), ObservedGeneration: class.Generation,
+		Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllPoolsSynced.String(), Message: "every selected node has a pool with the class's policy"}
 	switch {
 	case syncErr != nil:
-		synced.Status, synced.Reason, synced.Message = metav1.ConditionFalse, res.reason, syncErr.Error()
+		synced.Status, synced.Reason, synced.Message = metav1.ConditionFalse, res.reason.String(), syncErr.Error()
 	case res.more:
-		synced.Status, synced.Reason = metav1.ConditionFalse, ReasonProgressing
+		synced.Status, synced.Reason = metav1.ConditionFalse, v1alpha1.ReasonProgressing.String()
 		synced.Message = fmt.Sprintf("%d nodes still need a pool", len(res.plan.create)-r.burst())
 	}
 	meta.SetStatusCondition(&want.Conditions, synced)

@@ -30,21 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
-// Reasons of the controller's conditions.
-const (
-	ReasonNodeExists    = "NodeExists"
-	ReasonNodeMissing   = "NodeNotFound"
-	ReasonLeaseRenewed  = "LeaseRenewed"
-	ReasonLeaseExpired  = "LeaseExpired"
-	ReasonLeaseNotFound = "LeaseNotFound"
-	// ReasonLeaseHolderMismatch: the pool's Lease is held by someone other than the pool's
-	// node (spec.holderIdentity), so it says nothing about that node's agent and is ignored.
-	ReasonLeaseHolderMismatch = "LeaseHolderMismatch"
-)
-
-// ActionIgnoreLease is the action of the event about a Lease held by another identity.
-const ActionIgnoreLease = "IgnoreLease"
-
 // Defaults of the controller's flags.
 const (
 	DefaultLeaseTTL = 40 * time.Second
@@ -141,9 +126,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if agentCond.Reason == ReasonLeaseHolderMismatch {
+	if agentCond.Reason == v1alpha1.ReasonLeaseHolderMismatch.String() {
 		if was := meta.FindStatusCondition(pool.Status.Conditions, agentCond.Type); was == nil || was.Message != agentCond.Message {
-			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, ReasonLeaseHolderMismatch, ActionIgnoreLease, "%s", agentCond.Message)
+			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonLeaseHolderMismatch.String(), ActionIgnoreLease, "%s", agentCond.Message)
 		}
 	}
 	conds := append([]metav1.Condition(nil), pool.Status.Conditions...)
@@ -181,16 +166,16 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 func (r *PoolReconciler) nodeCondition(ctx context.Context, pool *v1alpha1.SandboxPool) (metav1.Condition, error) {
 	// The transition time comes from the controller's clock, at the API's precision (the
 	// node-gone deadline is computed from it, before and after it is written).
-	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound, ObservedGeneration: pool.Generation,
+	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound.String(), ObservedGeneration: pool.Generation,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now()).Rfc3339Copy()}
 	exists, err := r.nodeExists(ctx, pool.Spec.NodeName)
 	switch {
 	case err != nil:
 		return c, err
 	case exists:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNodeExists, fmt.Sprintf("node %s exists", pool.Spec.NodeName)
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonNodeExists.String(), fmt.Sprintf("node %s exists", pool.Spec.NodeName)
 	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonNodeMissing, fmt.Sprintf("node %s does not exist", pool.Spec.NodeName)
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonNodeNotFound.String(), fmt.Sprintf("node %s does not exist", pool.Spec.NodeName)
 	}
 	return c, nil
 }
@@ -207,11 +192,11 @@ func (r *PoolReconciler) nodeExists(ctx context.Context, name string) (bool, err
 // Messages carry no changing timestamps, so a renewal alone never causes a write.
 // leaseExpiresIn > 0 while the lease is fresh.
 func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.SandboxPool, now time.Time) (metav1.Condition, time.Duration, error) {
-	c := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy, ObservedGeneration: pool.Generation}
+	c := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy.String(), ObservedGeneration: pool.Generation}
 	var lease coordinationv1.Lease
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.LeaseNamespace, Name: pool.Name}, &lease)
 	if apierrors.IsNotFound(err) {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseNotFound
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonLeaseNotFound.String()
 		c.Message = fmt.Sprintf("no lease %s/%s: the placeholder agent has not reported", r.LeaseNamespace, pool.Name)
 		return c, 0, nil
 	}
@@ -219,7 +204,7 @@ func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.Sand
 		return c, 0, fmt.Errorf("getting lease %s/%s: %w", r.LeaseNamespace, pool.Name, err)
 	}
 	if holder := holderOf(&lease); holder != pool.Spec.NodeName {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseHolderMismatch
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonLeaseHolderMismatch.String()
 		c.Message = fmt.Sprintf("lease %s/%s is held by %q, not by node %s: ignored", r.LeaseNamespace, pool.Name, holder, pool.Spec.NodeName)
 		return c, 0, nil
 	}
@@ -231,11 +216,11 @@ func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.Sand
 		renewed = lease.Spec.AcquireTime.Time
 	}
 	if left := renewed.Add(r.LeaseTTL).Sub(now); left > 0 {
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonLeaseRenewed
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonLeaseRenewed.String()
 		c.Message = fmt.Sprintf("lease renewed within the last %s", r.LeaseTTL)
 		return c, left, nil
 	}
-	c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseExpired
+	c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired.String()
 	c.Message = fmt.Sprintf("lease not renewed since %s (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
 	return c, 0, nil
 }
@@ -254,7 +239,7 @@ func (r *PoolReconciler) agentHealthy(ctx context.Context, pool string) bool {
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: pool}, &p); err != nil {
 		return false
 	}
-	return meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy)
+	return meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String())
 }
 
 // statusChanged reports whether the phase or one of the controller's conditions differs
@@ -265,7 +250,7 @@ func statusChanged(pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, cond
 		return true
 	}
 	for _, t := range v1alpha1.ControllerConditions {
-		want, have := meta.FindStatusCondition(conds, t), meta.FindStatusCondition(pool.Status.Conditions, t)
+		want, have := meta.FindStatusCondition(conds, t.String()), meta.FindStatusCondition(pool.Status.Conditions, t.String())
 		if have == nil || want.Status != have.Status || want.Reason != have.Reason ||
 			want.Message != have.Message || want.ObservedGeneration != have.ObservedGeneration {
 			return true
@@ -279,7 +264,7 @@ func statusChanged(pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, cond
 func (r *PoolReconciler) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) error {
 	var mine []metav1.Condition
 	for _, t := range v1alpha1.ControllerConditions {
-		mine = append(mine, *meta.FindStatusCondition(conds, t))
+		mine = append(mine, *meta.FindStatusCondition(conds, t.String()))
 	}
 	patch, err := json.Marshal(map[string]any{
 		"apiVersion": v1alpha1.SchemeGroupVersion.String(),

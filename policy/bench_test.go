@@ -30,7 +30,7 @@ func BenchmarkEvaluate(b *testing.B) {
 	ctx := context.Background()
 	statusUpdate := updateStatus(b, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 		st.PoolInfo.Zone = "z2"
-		setCondition(st, condition(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue))
+		setCondition(st, condition(v1alpha1.ConditionResizeInProgress.String(), metav1.ConditionTrue))
 	}))
 	for _, bm := range []struct {
 		name      string

@@ -107,9 +107,9 @@ func withStatus(node string, mutate ...func(*v1alpha1.SandboxPoolStatus)) *v1alp
 			PoolInfo:              &v1alpha1.PoolInfo{Zone: "z1", AllocatableMemoryBytes: ptr(int64(8 << 30))},
 			LastAppliedGeneration: ptr(int64(1)),
 			Conditions: []metav1.Condition{
-				condition(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue),
-				condition(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
-				condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue),
+				condition(v1alpha1.ConditionPlaceholderPodReady.String(), metav1.ConditionTrue),
+				condition(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue),
+				condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue),
 			},
 		}
 		for _, m := range mutate {

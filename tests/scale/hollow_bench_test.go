@@ -533,7 +533,7 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 			if p.Spec.ResourcePolicy.Resources.Memory().String() == "2Gi" {
 				snaps++
 				if p.Status.LastAppliedGeneration != nil && *p.Status.LastAppliedGeneration == p.Generation &&
-					meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced) {
+					meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced.String()) {
 					stats++
 				}
 			}
@@ -564,7 +564,7 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 		_ = e.admin.List(ctx, &pools)
 		for _, p := range pools.Items {
 			if watched[p.Spec.NodeName] && p.Status.LastAppliedGeneration == nil || *p.Status.LastAppliedGeneration != p.Generation ||
-				!meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced) && watched[p.Spec.NodeName] {
+				!meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced.String()) && watched[p.Spec.NodeName] {
 				t.Logf("not synced: %s generation %d status %+v", p.Name, p.Generation, p.Status)
 				break
 			}
@@ -604,7 +604,7 @@ func detectStopped(t *testing.T, ctx context.Context, e *env, nodes *hollow.Node
 			if got[p.Name] || stoppedAt[p.Name].IsZero() {
 				continue
 			}
-			if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) {
+			if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
 				got[p.Name] = true
 				now := time.Now()
 				fromStop = append(fromStop, now.Sub(stoppedAt[p.Name]))
@@ -655,7 +655,7 @@ func detectDeleted(t *testing.T, ctx context.Context, e *env, deleted []string, 
 			mu.Lock()
 			when, known := at[p.Name]
 			mu.Unlock()
-			if known && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionNodeNotFound) {
+			if known && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionNodeNotFound.String()) {
 				got[p.Name] = true
 				lags = append(lags, time.Since(when))
 			}

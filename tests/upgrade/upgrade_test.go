@@ -236,7 +236,7 @@ func TestUpgradeRatchets(t *testing.T) {
 	}
 	agentStatus := func(zone string) map[string]any {
 		return map[string]any{"poolInfo": map[string]any{"zone": zone},
-			"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderPodReady, "True", "Running")}}
+			"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderPodReady.String(), "True", "Running")}}
 	}
 	if err := applyStatus(ctx, node, v1alpha1.FieldManagerAgent, agentStatus("zone-a")); err != nil {
 		t.Fatalf("the agent's status under the older release: %v", err)
@@ -260,8 +260,8 @@ func TestUpgradeRatchets(t *testing.T) {
 		{"the agent's status write", applyStatus(ctx, node, v1alpha1.FieldManagerAgent, agentStatus("zone-b"))},
 		{"the controller's status write", applyStatus(ctx, controller, v1alpha1.FieldManagerController, map[string]any{
 			"phase": string(v1alpha1.PhaseReady), "conditions": []any{
-				framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed"),
-				framework.Condition(v1alpha1.ConditionNodeNotFound, "False", "NodeExists")}})},
+				framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True", "LeaseRenewed"),
+				framework.Condition(v1alpha1.ConditionNodeNotFound.String(), "False", "NodeExists")}})},
 		{"an operator's override edit", mergePatch(ctx, operator, poolsGVR, legacyPoolName,
 			`{"spec":{"override":{"enabled":true,"reason":"OPS-1","resourcePolicy":{"resources":{"cpu":"3","memory":"6Gi"}}}}}`)},
 		{"the controller's snapshot update", mergePatch(ctx, controller, poolsGVR, legacyPoolName, `{"spec":{"resourcePolicy":{"resources":{"cpu":"3"}}}}`)},
@@ -286,7 +286,7 @@ func TestUpgradeRatchets(t *testing.T) {
 			mergePatch(ctx, operator, poolsGVR, legacyPoolName, `{"spec":{"override":{"resourcePolicy":{"resources":{"bad name!":"1"}}}}}`)},
 		{"a status write with an invalid condition reason", `Invalid value: "not a reason"`,
 			applyStatus(ctx, node, v1alpha1.FieldManagerAgent, map[string]any{"conditions": []any{
-				framework.Condition(v1alpha1.ConditionPlaceholderPodReady, "True", "not a reason")}})},
+				framework.Condition(v1alpha1.ConditionPlaceholderPodReady.String(), "True", "not a reason")}})},
 	} {
 		if w.err == nil || !strings.Contains(w.err.Error(), w.says) {
 			t.Errorf("%s: %v, want a refusal that says %q", w.what, w.err, w.says)
