@@ -17,8 +17,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-const overrideSourceSpec = "spec.override"
-
 // allocatedStep is how far the reported memory in use may drift before a status write:
 // the larger of 16 MiB and 2 % of the allocatable memory. Usage moves all the time; the
 // status is not a time series.
@@ -47,16 +45,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	if nc.State != nil && !nc.State.StartedAt.IsZero() {
 		st.PlaceholderAgent.NodeCtlStartAt = &metav1.Time{Time: nc.State.StartedAt.UTC().Truncate(1e9)}
 	}
-	if o := pool.Spec.Override; o != nil {
-		st.Override = &v1alpha1.OverrideStatus{Enabled: ptr.To(o.Enabled), Reason: o.Reason, Source: overrideSourceSpec}
-		if o.Enabled {
-			at := now
-			if old := pool.Status.Override; old != nil && old.Enabled != nil && *old.Enabled && old.OverriddenAt != nil {
-				at = *old.OverriddenAt
-			}
-			st.Override.OverriddenAt = &at
-		}
-	}
+	st.Override = overrideStatus(pool.Spec.Override, pool.Status.Override, now)
 	st.Resize = resizeState(pool.Status.Resize, ps.applied == nil, ps.plan, ps.desired)
 	if st.Resize != nil && st.Resize.Status != v1alpha1.ResizeCompleted && pool.Status.Resize != nil &&
 		pool.Status.Resize.Status == st.Resize.Status && pool.Status.Resize.LastProbeTime != nil {
@@ -115,6 +104,25 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
+}
+
+// overrideStatus is status.override for the pool's spec.override (nil without one): the
+// source of the policy the agent applies, and since when an enabled override has been
+// applied (kept from the previous status while it stays enabled).
+func overrideStatus(o *v1alpha1.Override, prev *v1alpha1.OverrideStatus, now metav1.Time) *v1alpha1.OverrideStatus {
+	if o == nil {
+		return nil
+	}
+	st := &v1alpha1.OverrideStatus{Enabled: ptr.To(o.Enabled), Reason: o.Reason, Source: v1alpha1.OverrideSourceClass}
+	if o.Enabled {
+		st.Source = v1alpha1.OverrideSourceOverride
+		at := now
+		if prev != nil && prev.Enabled != nil && *prev.Enabled && prev.OverriddenAt != nil {
+			at = *prev.OverriddenAt
+		}
+		st.OverriddenAt = &at
+	}
+	return st
 }
 
 // shownPod is the placeholder pod status.placeholderPod shows: the newest running piece's

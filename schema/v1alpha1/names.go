@@ -131,6 +131,17 @@ const (
 	PhaseReasonAllHealthy PhaseReason = "AllHealthy"
 )
 
+// OverrideSource is status.override.source: where the policy the agent applies comes from.
+type OverrideSource string
+
+// Sources of the applied policy.
+const (
+	// OverrideSourceClass: the class snapshot (spec.resourcePolicy); the override is disabled.
+	OverrideSourceClass OverrideSource = "Class"
+	// OverrideSourceOverride: the override (spec.override.resourcePolicy).
+	OverrideSourceOverride OverrideSource = "Override"
+)
+
 // ResizeState is the state of a resize in status.resize.status.
 type ResizeState string
 
