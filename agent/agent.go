@@ -65,8 +65,7 @@ type Agent struct {
 	shim map[string]shimState
 	// shimWatch stops the watch of each pod's shim process, by the pod's name.
 	shimWatch map[string]func()
-	// reported is the last status applied per pool (volatile fields zeroed), for "write only
-	// when a field changed".
+	// reported is the last status applied per pool, for "write only when a field changed".
 	reported map[string]reportedStatus
 	// resizes is what the agent remembers of each pool's resize between passes.
 	resizes map[string]resizeNotes
@@ -93,9 +92,9 @@ type nodeCtlView struct {
 	State     *api.State
 }
 
-// reportedStatus is the key of the last applied status and the memory figure it carried.
+// reportedStatus is the last status the agent applied and the memory figure it carried.
 type reportedStatus struct {
-	key       string
+	applied   *v1alpha1.SandboxPoolStatus
 	allocated int64
 	// own are the pool's resourceVersions of the agent's last writes: the ones they were
 	// computed from and the ones they produced. While the cache shows one of them it holds

@@ -2,18 +2,16 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -62,7 +60,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	if nc.State != nil {
 		st.PoolInfo = &v1alpha1.PoolInfo{Zone: nc.State.Zone, AllocatableMemoryBytes: ptr.To(nc.State.AllocatableMemoryBytes)}
 		if d := nc.State.AllocatedMemoryBytes - prev.allocated; d >= allocatedStep(nc.State.AllocatableMemoryBytes) ||
-			-d >= allocatedStep(nc.State.AllocatableMemoryBytes) || prev.key == "" {
+			-d >= allocatedStep(nc.State.AllocatableMemoryBytes) || prev.applied == nil {
 			allocated = nc.State.AllocatedMemoryBytes
 		}
 		st.PoolInfo.AllocatedMemoryBytes = ptr.To(allocated)
@@ -73,18 +71,14 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	}
 	st.Conditions = a.conditions(pool, ps)
 
-	key, err := statusKey(st)
-	if err != nil {
-		return err
-	}
-	if key == prev.key {
+	if !ssa.StatusChanged(prev.applied, &st, volatileStatusFields...) {
 		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
 		}
 		// Someone wrote the pool since: rewrite only if the agent's fields are not what
 		// it applied (e.g. another writer cleared them).
-		if observed, err := statusKey(agentFields(pool.Status)); err != nil || observed == key {
-			return err
+		if !ssa.StatusChanged(agentFields(pool.Status), &st, volatileStatusFields...) {
+			return nil
 		}
 		logf.FromContext(ctx).Info("the agent's status fields were changed by another writer; applying them again")
 	}
@@ -94,13 +88,13 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	if nc.Healthy {
 		st.NodeCtl.LastHeartbeat = &metav1.Time{Time: nc.LastOK.UTC().Truncate(1e9)}
 	}
-	if err := a.applyStatus(ctx, pool, st); err != nil {
+	if err := ssa.ApplyStatus(ctx, a.client, pool, &st, v1alpha1.FieldManagerAgent); err != nil {
 		return err
 	}
 	statusWrites.Inc()
 	a.mu.Lock()
 	own := append(slices.Clone(prev.own), rvBefore, pool.ResourceVersion)
-	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
+	a.reported[pool.Name] = reportedStatus{applied: st.DeepCopy(), allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
@@ -142,33 +136,13 @@ func (a *Agent) shownPod(ps pass) *corev1.Pod {
 	return nil
 }
 
-// statusKey is the status without heartbeats and transition times, conditions in type
-// order: what "a field changed" compares.
-func statusKey(st v1alpha1.SandboxPoolStatus) (string, error) {
-	k := *st.DeepCopy()
-	for i := range k.Conditions {
-		k.Conditions[i].LastTransitionTime = metav1.Time{}
-	}
-	slices.SortFunc(k.Conditions, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
-	if k.PlaceholderAgent != nil {
-		k.PlaceholderAgent.LastHeartbeat = nil
-	}
-	if k.NodeCtl != nil {
-		k.NodeCtl.LastHeartbeat = nil
-	}
-	if k.Resize != nil {
-		k.Resize.LastProbeTime = nil
-	}
-	if k.Override != nil {
-		k.Override.OverriddenAt = nil
-	}
-	b, err := json.Marshal(k)
-	return string(b), err
-}
+// volatileStatusFields are the agent's status fields that change without anything having
+// happened: refreshed on each write, they never cause one.
+var volatileStatusFields = []string{"placeholderAgent.lastHeartbeat", "nodeCtl.lastHeartbeat", "resize.lastProbeTime", "override.overriddenAt"}
 
 // agentFields is the part of a pool's status the agent owns (docs/design.md §4), as read back.
-func agentFields(s v1alpha1.SandboxPoolStatus) v1alpha1.SandboxPoolStatus {
-	own := v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
+func agentFields(s v1alpha1.SandboxPoolStatus) *v1alpha1.SandboxPoolStatus {
+	own := &v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
 		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, PoolInfo: s.PoolInfo,
 		LastAppliedGeneration: s.LastAppliedGeneration}
 	for _, c := range s.Conditions {
@@ -317,23 +291,4 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// applyStatus server-side applies the agent's fields. Never forced: a conflict is retried
-// on the next pass (docs/design.md §4).
-func (a *Agent) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, st v1alpha1.SandboxPoolStatus) error {
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata":   map[string]any{"name": pool.Name},
-		"status":     st,
-	})
-	if err != nil {
-		return err
-	}
-	if err := a.client.Status().Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
-		return fmt.Errorf("applying status of %s: %w", pool.Name, err)
-	}
-	return nil
 }

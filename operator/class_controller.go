@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -517,7 +517,7 @@ func (r *ClassReconciler) finalizeClass(ctx context.Context, class *v1alpha1.San
 }
 
 // updateStatus computes the class's whole status and applies it (field manager
-// sandboxpool-controller) when anything differs from what the class shows.
+// sandboxpool-controller) when it differs from what the class shows.
 func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.SandboxPoolClass, ours []*v1alpha1.SandboxPool, res syncResult, syncErr error) error {
 	want := v1alpha1.SandboxPoolClassStatus{ObservedGeneration: class.Generation}
 	counts := poolCounts{byPhase: map[v1alpha1.SandboxPoolPhase]int{}}
@@ -555,23 +555,10 @@ func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.Sand
 	}
 	meta.SetStatusCondition(&want.Conditions, synced)
 
-	if classStatusEqual(class.Status, want) {
+	if !ssa.StatusChanged(&class.Status, &want) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPoolClass,
-		"metadata":   map[string]any{"name": class.Name},
-		"status":     want,
-	})
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Status().Patch(ctx, class, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerController), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying status of class %s: %w", class.Name, err)
-	}
-	return nil
+	return ssa.ApplyStatus(ctx, r.Client, class, &want, v1alpha1.FieldManagerController)
 }
 
 func (r *ClassReconciler) burst() int {
@@ -579,24 +566,6 @@ func (r *ClassReconciler) burst() int {
 		return DefaultBurstCreates
 	}
 	return r.BurstCreates
-}
-
-// classStatusEqual compares everything but the conditions' transition times (kept by
-// SetStatusCondition when a status does not change).
-func classStatusEqual(a, b v1alpha1.SandboxPoolClassStatus) bool {
-	if a.ObservedGeneration != b.ObservedGeneration || a.TotalSandboxPools != b.TotalSandboxPools ||
-		a.ReadySandboxPools != b.ReadySandboxPools || a.NotReadySandboxPools != b.NotReadySandboxPools ||
-		len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	for _, want := range b.Conditions {
-		have := meta.FindStatusCondition(a.Conditions, want.Type)
-		if have == nil || have.Status != want.Status || have.Reason != want.Reason ||
-			have.Message != want.Message || have.ObservedGeneration != want.ObservedGeneration {
-			return false
-		}
-	}
-	return true
 }
 
 // conflictMessage names the winning class of each conflicting node (the first few).

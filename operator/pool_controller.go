@@ -4,10 +4,10 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/operator/phase"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -146,13 +146,18 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	})
 
 	if res.EverReady && !everReady {
-		if err := r.markEverReady(ctx, &pool); err != nil {
+		// Marked once, as an annotation: the controller owns only the phase and two
+		// conditions in status.
+		if err := ssa.ApplyAnnotations(ctx, r.Client, &pool, map[string]string{v1alpha1.AnnotationEverReady: "true"},
+			v1alpha1.FieldManagerController); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	if statusChanged(&pool, res.Phase, conds) {
+	// Applied without force: a conflict is an error and the next reconcile retries
+	// (docs/design.md §4).
+	if have, want := controllerStatus(pool.Status.Phase, pool.Status.Conditions), controllerStatus(res.Phase, conds); ssa.StatusChanged(&have, &want) {
 		log.V(1).Info("phase", "phase", res.Phase, "rule", res.Rule, "reason", res.Reason)
-		if err := r.applyStatus(ctx, &pool, res.Phase, conds); err != nil {
+		if err := ssa.ApplyStatus(ctx, r.Client, &pool, &want, v1alpha1.FieldManagerController); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -242,62 +247,16 @@ func (r *PoolReconciler) agentHealthy(ctx context.Context, pool string) bool {
 	return meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String())
 }
 
-// statusChanged reports whether the phase or one of the controller's conditions differs
-// from what the pool shows (LastTransitionTime is kept by SetStatusCondition when the
-// status did not change, so it is not compared).
-func statusChanged(pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) bool {
-	if pool.Status.Phase != p {
-		return true
-	}
+// controllerStatus is the part of a pool's status the controller owns: the phase and its
+// conditions (docs/design.md §4).
+func controllerStatus(p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) v1alpha1.SandboxPoolStatus {
+	st := v1alpha1.SandboxPoolStatus{Phase: p}
 	for _, t := range v1alpha1.ControllerConditions {
-		want, have := meta.FindStatusCondition(conds, t.String()), meta.FindStatusCondition(pool.Status.Conditions, t.String())
-		if have == nil || want.Status != have.Status || want.Reason != have.Reason ||
-			want.Message != have.Message || want.ObservedGeneration != have.ObservedGeneration {
-			return true
+		if c := meta.FindStatusCondition(conds, t.String()); c != nil {
+			st.Conditions = append(st.Conditions, *c)
 		}
 	}
-	return false
-}
-
-// applyStatus server-side applies exactly the controller's fields. It never forces: a
-// conflict is an error and the next reconcile retries (docs/design.md §4).
-func (r *PoolReconciler) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) error {
-	var mine []metav1.Condition
-	for _, t := range v1alpha1.ControllerConditions {
-		mine = append(mine, *meta.FindStatusCondition(conds, t.String()))
-	}
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata":   map[string]any{"name": pool.Name},
-		"status":     map[string]any{"phase": p, "conditions": mine},
-	})
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Status().Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerController)); err != nil {
-		return fmt.Errorf("applying status of %s: %w", pool.Name, err)
-	}
-	return nil
-}
-
-// markEverReady records, once, that the pool has been Ready.
-func (r *PoolReconciler) markEverReady(ctx context.Context, pool *v1alpha1.SandboxPool) error {
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata": map[string]any{"name": pool.Name,
-			"annotations": map[string]string{v1alpha1.AnnotationEverReady: "true"}},
-	})
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerController)); err != nil {
-		return fmt.Errorf("marking %s ever ready: %w", pool.Name, err)
-	}
-	return nil
+	return st
 }
 
 // soonest is the smallest positive duration, or 0.
