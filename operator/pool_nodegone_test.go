@@ -262,7 +262,7 @@ func TestPoolOfGoneNodeKept(t *testing.T) {
 			if err := f.c.Get(ctx, f.lease, &l); err != nil {
 				t.Fatal(err)
 			}
-			l.Spec.RenewTime = ptrMicro(at)
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(at))
 			if err := f.c.Update(ctx, &l); err != nil {
 				t.Fatal(err)
 			}
@@ -282,11 +282,6 @@ func TestPoolOfGoneNodeKept(t *testing.T) {
 			t.Errorf("pool %s at the Lease's expiry, past the deadline; want deleting", s)
 		}
 	})
-}
-
-func ptrMicro(t time.Time) *metav1.MicroTime {
-	m := metav1.NewMicroTime(t)
-	return &m
 }
 
 func nodeGoneDeletedCount(t *testing.T) float64 {

@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,7 +280,7 @@ func runHollowSize(t *testing.T, n int, largest bool, kcm string) *scaleResult {
 
 func fmtCores(m map[string]float64) string {
 	var parts []string
-	for _, k := range slices.Sorted(mapsKeys(m)) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", k, m[k]))
 	}
 	return strings.Join(parts, " ")
@@ -287,20 +288,10 @@ func fmtCores(m map[string]float64) string {
 
 func fmtRSS(m map[string]framework.Usage) string {
 	var parts []string
-	for _, k := range slices.Sorted(mapsKeys(m)) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s=%d/%d(peak)", k, m[k].RSSKiB/1024, m[k].HWMKiB/1024))
 	}
 	return strings.Join(parts, " ")
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func usages(t *testing.T, pids map[string]int) map[string]framework.Usage {
