@@ -15,6 +15,20 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
+// reportedStatus is the last status the agent applied and the memory figure it carried.
+type reportedStatus struct {
+	applied   *v1alpha1.SandboxPoolStatus
+	allocated int64
+	// own are the pool's resourceVersions of the agent's last writes: the ones they were
+	// computed from and the ones they produced. While the cache shows one of them it holds
+	// no other writer's change to the agent's fields; after writes in quick succession it
+	// may still show an earlier one of its own.
+	own []string
+}
+
+// ownVersions is how many of its own resourceVersions per pool the agent remembers.
+const ownVersions = 8
+
 // allocatedStep is how far the reported memory in use may drift before a status write:
 // the larger of 16 MiB and 2 % of the allocatable memory. Usage moves all the time; the
 // status is not a time series.
@@ -28,7 +42,7 @@ func allocatedStep(allocatable int64) int64 {
 func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass) error {
 	now := metav1.NewTime(a.opts.Clock.Now())
 	a.mu.Lock()
-	prev := a.reported[pool.Name]
+	prev := a.poolStateLocked(pool.Name).reported
 	a.mu.Unlock()
 	nc := ps.nc
 
@@ -94,7 +108,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	statusWrites.Inc()
 	a.mu.Lock()
 	own := append(slices.Clone(prev.own), rvBefore, pool.ResourceVersion)
-	a.reported[pool.Name] = reportedStatus{applied: st.DeepCopy(), allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
+	a.poolStateLocked(pool.Name).reported = reportedStatus{applied: st.DeepCopy(), allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
