@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -105,16 +106,16 @@ type newPiece struct {
 	Res    corev1.ResourceList
 }
 
-// deferral says why a resize waits.
-type deferral string
+// deferral says why a resize waits: the reason of ResizeDeferred=True.
+type deferral = v1alpha1.ConditionReason
 
 const (
 	// deferRoom: the node has not the room for a growth, as the scheduler counts it.
-	deferRoom deferral = "InsufficientRoom"
+	deferRoom = v1alpha1.ReasonInsufficientRoom
 	// deferKubelet: kubelet refused the growth's piece.
-	deferKubelet deferral = "RejectedByKubelet"
+	deferKubelet = v1alpha1.ReasonRejectedByKubelet
 	// deferUsage: a memory downscale waits while the sandboxes use too much of the new size.
-	deferUsage deferral = "UsageAboveWatermark"
+	deferUsage = v1alpha1.ReasonUsageAboveWatermark
 )
 
 // lockPlan is one step. At most one kind of change to the pieces per pass: the next pass
