@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -233,21 +232,13 @@ func (a *Agent) defaulted(pool *v1alpha1.SandboxPool) (*v1alpha1.SandboxPool, er
 	p := pool.DeepCopy()
 	p.APIVersion, p.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.KindSandboxPool
 	p.ManagedFields = nil
-	b, err := json.Marshal(p)
+	d, err := schema.DefaultAs(a.schema, schema.KindSandboxPool, p)
 	if err != nil {
 		return pool, err
-	}
-	out, err := a.schema.Default(schema.KindSandboxPool, b)
-	if err != nil {
-		return pool, err
-	}
-	var d v1alpha1.SandboxPool
-	if err := json.Unmarshal(out, &d); err != nil {
-		return pool, fmt.Errorf("decoding the defaulted pool: %w", err)
 	}
 	// The schema covers what users write; keep the server's metadata as it is.
 	d.ObjectMeta = pool.ObjectMeta
-	return &d, nil
+	return d, nil
 }
 
 // effectiveResources is the override's policy when enabled, else the class snapshot.
