@@ -3,7 +3,6 @@ package policy_test
 import (
 	"context"
 	"fmt"
-	"github.com/agentcube/sandboxpool/policy/policytest"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -11,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 

@@ -3,7 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,7 +38,7 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 		for i := range b.N {
 			out = append(out, patch(i+1))
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+		slices.Sort(out)
 		return out
 	}
 	whs := kubernetes.NewForConfigOrDie(cp.Config).AdmissionregistrationV1().ValidatingWebhookConfigurations()

@@ -133,7 +133,7 @@ func kubeletSays(path string, offset int64, a, b string) string {
 	if err != nil || int64(len(data)) < offset {
 		return ""
 	}
-	for _, l := range strings.Split(string(data[offset:]), "\n") {
+	for l := range strings.SplitSeq(string(data[offset:]), "\n") {
 		if strings.Contains(l, a) && strings.Contains(strings.ToLower(l), strings.ToLower(b)) {
 			if len(l) > 400 {
 				l = l[:400] + "…"

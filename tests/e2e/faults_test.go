@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestNodeCtlKilled: node-ctl crashes and its unit does not bring it back → the agent

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestClassLifecycleAndTheLock walks a class through its life on a real node:

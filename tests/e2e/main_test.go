@@ -23,9 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/e2e/stack"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +30,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/e2e/stack"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 const (

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestGrowthThatDoesNotFit: a growth the node cannot hold leaves the running lock as it is,

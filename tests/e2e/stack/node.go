@@ -15,10 +15,11 @@ import (
 	"strings"
 	"syscall"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/agentcube/sandboxpool/hack/pause/image"
 	"github.com/agentcube/sandboxpool/shim/agentclient"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
-	"sigs.k8s.io/yaml"
 )
 
 // The node's files: everything below Stack.Dir/node (kept short: unix socket paths are
@@ -275,8 +276,8 @@ func removeCgroup(path string) error {
 			}
 			return nil
 		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := rmdirCgroup(dirs[i]); err != nil {
+		for _, dir := range slices.Backward(dirs) {
+			if err := rmdirCgroup(dir); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -288,7 +289,7 @@ func rmdirCgroup(dir string) error {
 	var err error
 	for range 50 {
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
+		for f := range strings.FieldsSeq(string(b)) {
 			if pid, perr := strconv.Atoi(f); perr == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}

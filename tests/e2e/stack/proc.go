@@ -261,7 +261,7 @@ func childrenNamed(name string) []int {
 			continue
 		}
 		var ppid, comm string
-		for _, l := range strings.Split(string(b), "\n") {
+		for l := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "PPid:"); ok {
 				ppid = strings.TrimSpace(v)
 			}

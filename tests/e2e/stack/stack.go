@@ -27,18 +27,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcube/sandboxpool/hack/pause/image"
-	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
-	"github.com/agentcube/sandboxpool/schema/corpus"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
-	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/agentcube/sandboxpool/hack/pause/image"
+	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
 
 // Identities of the control-plane components (deploy/rbac binds their roles).
@@ -178,7 +179,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if err != nil {
 		if stopErr := s.Stop(); stopErr != nil {
-			err = fmt.Errorf("%w (and stopping: %v)", err, stopErr)
+			err = fmt.Errorf("%w (and stopping: %w)", err, stopErr)
 		}
 		return nil, err
 	}
@@ -396,11 +397,9 @@ func (s *Stack) startNode(ctx context.Context) error {
 	supCtx, cancel := context.WithCancel(context.Background())
 	s.supervise = cancel
 	for _, u := range []*Unit{s.NodeCtl, s.Agent} {
-		s.supervisors.Add(1)
-		go func() {
-			defer s.supervisors.Done()
+		s.supervisors.Go(func() {
 			u.supervise(supCtx, o.Logf)
-		}()
+		})
 	}
 	return s.BootNode(ctx, true)
 }

@@ -39,7 +39,7 @@ func (u *Unit) supervise(ctx context.Context, logf func(string, ...any)) {
 			logf("%s exited", u.Name)
 		}
 		if !running && !u.Stopped() && time.Since(exitedAt) >= restartDelay {
-			if err := u.Proc.Start(); err != nil {
+			if err := u.Start(); err != nil {
 				logf("starting %s: %v", u.Name, err)
 			} else {
 				running = true

@@ -150,7 +150,7 @@ func Up(o Options) error {
 		return string(out), err
 	}
 	var files []string
-	for _, g := range strings.Fields(o.Examples) {
+	for g := range strings.FieldsSeq(o.Examples) {
 		m, err := filepath.Glob(g)
 		if err != nil {
 			return err
@@ -213,7 +213,7 @@ func startServe(o Options) (stack.State, error) {
 		select {
 		case err := <-exited:
 			echo(follow)
-			return stack.State{}, fmt.Errorf("the stack exited while starting (%v); logs in %s", err, filepath.Dir(o.runnerLog()))
+			return stack.State{}, fmt.Errorf("the stack exited while starting (%w); logs in %s", err, filepath.Dir(o.runnerLog()))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
