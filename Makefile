@@ -26,6 +26,9 @@ KUBE_SCHEDULER := $(CONTROLPLANE)/kube-scheduler
 KUBE_PROXY     := $(CONTROLPLANE)/kube-proxy
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
+# golangci-lint, in its own tools module (hack/lint): its dependencies stay out of the others'.
+GOLANGCI_LINT_VERSION := $(shell awk '$$1=="github.com/golangci/golangci-lint/v2"{print $$2}' hack/lint/go.mod)
+GOLANGCI_LINT  := $(TOOLS_DIR)/lint-golangci$(GOLANGCI_LINT_VERSION:v%=%)/golangci-lint
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
 OPA            := $(CLI_TOOLS)/opa
 
@@ -85,7 +88,7 @@ generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) #
 		agent/shimapi/v1/shimapi.proto
 
 .PHONY: verify
-verify: generate ## Regenerate and fail on any drift; check formatting, vet and tool pins.
+verify: generate lint ## Regenerate and fail on any drift; check formatting, vet, lint and tool pins.
 	@drift=$$(git status --porcelain -- deploy/crds schema/v1alpha1 agent/shimapi); \
 	if [ -n "$$drift" ]; then \
 		echo "Generated files differ from the committed ones (run make generate and commit):"; \
@@ -100,6 +103,10 @@ verify: generate ## Regenerate and fail on any drift; check formatting, vet and 
 	@lib=$$(awk '$$1=="github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2}' go.mod); \
 	bin=$$(awk '$$1=="github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2}' hack/containerd/go.mod); \
 	if [ "$$lib" != "$$bin" ]; then echo "containerd: tools $$bin (hack/containerd/go.mod) and shim library $$lib (go.mod) differ"; exit 1; fi
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run the pinned golangci-lint with .golangci.yml (part of make verify).
+	$(GOLANGCI_LINT) run ./...
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
@@ -240,7 +247,7 @@ demo-down: ## Stop exactly what make demo started (PIDs from its state file) and
 
 .PHONY: tools
 tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
-	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) ## Build the pinned tools.
+	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) $(GOLANGCI_LINT) ## Build the pinned tools.
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-apiserver and kubectl $(KUBE_VERSION) (first time: several minutes)"
@@ -289,6 +296,11 @@ $(ETCD): hack/etcd/go.mod hack/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION)"
 	@mkdir -p $(CONTROLPLANE)
 	cd hack/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@ go.etcd.io/etcd/server/v3
+	@touch $@
+
+$(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
+	@echo ">> building golangci-lint $(GOLANGCI_LINT_VERSION)"
+	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	@touch $@
 
 $(CUE) $(DEEPCOPY_GEN) $(OPA) &: hack/tools/go.mod hack/tools/go.sum
