@@ -53,6 +53,10 @@ const (
 	certPollInterval = time.Second
 	// shutdownGrace is how long in-flight requests get to finish on shutdown.
 	shutdownGrace = 10 * time.Second
+	// DefaultShutdownDelay is how long the webhook keeps serving after it is told to stop
+	// (SIGTERM): the time the cluster takes to stop sending it requests (docs/webhook.md,
+	// "Shutdown").
+	DefaultShutdownDelay = 5 * time.Second
 	// readHeaderTimeout bounds a client that opens a connection and sends nothing.
 	readHeaderTimeout = 10 * time.Second
 )
@@ -80,6 +84,9 @@ type Options struct {
 	// PolicyBundle is an OPA bundle (a directory or a .tar.gz) to evaluate instead of the
 	// embedded one; empty uses the embedded bundle.
 	PolicyBundle string
+	// ShutdownDelay is how long Run keeps serving once ctx is done, before it shuts its
+	// servers down: /readyz fails and every answer closes its connection meanwhile.
+	ShutdownDelay time.Duration
 }
 
 // DefaultOptions are the options of the default install.
@@ -94,6 +101,7 @@ func DefaultOptions() Options {
 		ControllerGroups:    c.ControllerGroups,
 		NodeSANamespace:     c.NodeServiceAccountNamespace,
 		NodeSAPrefix:        c.NodeServiceAccountPrefix,
+		ShutdownDelay:       DefaultShutdownDelay,
 	}
 }
 
@@ -133,7 +141,8 @@ func NewEngine(ctx context.Context, o Options) (*policy.Engine, error) {
 	return e, nil
 }
 
-// Run serves the webhook until ctx is done, then shuts its servers down gracefully:
+// Run serves the webhook until ctx is done, drains for ShutdownDelay, then shuts its servers
+// down gracefully:
 //   - the admission Handler at ValidatePath over HTTPS on Addr (TLS 1.2 or later), with the
 //     certificate of CertDir reloaded whenever its files change;
 //   - /healthz (the process is up) and /readyz (the certificate is loaded and the pool
@@ -141,10 +150,21 @@ func NewEngine(ctx context.Context, o Options) (*policy.Engine, error) {
 //   - /metrics on MetricsAddr: controller-runtime's registry, with the webhook's metrics,
 //     certwatcher's, client-go's and the Go runtime and process collectors.
 //
+// The drain is what keeps a rolling update or a deleted Pod from failing admissions (with
+// failurePolicy Fail, an admission the API server cannot get an answer for is an error for
+// the writer): when a webhook Pod is deleted, the API server's connections to it stay open
+// and new ones can reach it until the Pod's endpoint is gone from every node's Service
+// rules. So the webhook keeps answering meanwhile, with "Connection: close" on each answer
+// so that each connection's next request goes through the updated rules to another replica,
+// and reports not ready; only then does it stop listening.
+//
 // cfg reaches the API server for the cluster-wide SandboxPool informer that feeds the
 // policy's inventory. Run returns the first error of any server; nil after ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
 	opts = opts.withDefaults()
+	if opts.ShutdownDelay < 0 {
+		return fmt.Errorf("shutdown delay %s: must not be negative", opts.ShutdownDelay)
+	}
 	s, err := schema.Compiled()
 	if err != nil {
 		return fmt.Errorf("compiling the schema: %w", err)
@@ -184,10 +204,33 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	}
 
 	log.Info("starting", "addr", opts.Addr, "certDir", opts.CertDir, "healthAddr", opts.HealthAddr,
-		"metricsAddr", opts.MetricsAddr, "policyBundle", cmp.Or(opts.PolicyBundle, "embedded"))
-	g, ctx := errgroup.WithContext(ctx)
+		"metricsAddr", opts.MetricsAddr, "policyBundle", cmp.Or(opts.PolicyBundle, "embedded"), "shutdownDelay", opts.ShutdownDelay)
+	// The servers and the informer run until the drain after ctx is done has passed.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	var draining atomic.Bool
+	g, gctx := errgroup.WithContext(serveCtx)
+	stop := ctx.Done()
 	g.Go(func() error {
-		return serve(ctx, newServer(healthMux(certs.loaded, inv.HasSynced), log), healthLn)
+		select {
+		case <-gctx.Done(): // a server failed
+			return nil
+		case <-stop:
+		}
+		draining.Store(true)
+		log.Info("stopping: answering with Connection: close and not ready until the delay has passed", "shutdownDelay", opts.ShutdownDelay)
+		t := time.NewTimer(opts.ShutdownDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-gctx.Done():
+		}
+		stopServing()
+		return nil
+	})
+	ctx = gctx
+	g.Go(func() error {
+		return serve(ctx, newServer(healthMux(certs.loaded, inv.HasSynced, draining.Load), log), healthLn)
 	})
 	g.Go(func() error {
 		mux := http.NewServeMux()
@@ -200,7 +243,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		}
 		return nil
 	})
-	g.Go(func() error { return serveWebhook(ctx, webhookLn, certs, handler, log) })
+	g.Go(func() error { return serveWebhook(ctx, webhookLn, certs, closeWhile(&draining, handler), log) })
 	err = g.Wait()
 	log.Info("stopped", "error", errString(err))
 	return err
@@ -319,9 +362,20 @@ func serveWebhook(ctx context.Context, ln net.Listener, certs *certificates, h h
 	return g.Wait()
 }
 
+// closeWhile answers through h, asking the client to close the connection after the answer
+// while draining is set.
+func closeWhile(draining *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // healthMux serves /healthz (always ok while the process serves) and /readyz (ok once
-// the certificate is loaded and the inventory synced).
-func healthMux(certLoaded, inventorySynced func() bool) *http.ServeMux {
+// the certificate is loaded and the inventory synced, until the webhook is stopping).
+func healthMux(certLoaded, inventorySynced, stopping func() bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc(HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -333,6 +387,9 @@ func healthMux(certLoaded, inventorySynced func() bool) *http.ServeMux {
 		}
 		if !inventorySynced() {
 			missing = append(missing, "pool inventory not synced")
+		}
+		if stopping() {
+			missing = append(missing, "shutting down")
 		}
 		if len(missing) > 0 {
 			http.Error(w, strings.Join(missing, "; "), http.StatusServiceUnavailable)

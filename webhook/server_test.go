@@ -181,16 +181,17 @@ func TestServeWebhookCertificateReload(t *testing.T) {
 
 func TestHealthMux(t *testing.T) {
 	for _, tt := range []struct {
-		cert, synced bool
-		want         int
-		body         string
+		cert, synced, stopping bool
+		want                   int
+		body                   string
 	}{
-		{false, false, http.StatusServiceUnavailable, "serving certificate not loaded; pool inventory not synced"},
-		{true, false, http.StatusServiceUnavailable, "pool inventory not synced"},
-		{false, true, http.StatusServiceUnavailable, "serving certificate not loaded"},
-		{true, true, http.StatusOK, "ok"},
+		{false, false, false, http.StatusServiceUnavailable, "serving certificate not loaded; pool inventory not synced"},
+		{true, false, false, http.StatusServiceUnavailable, "pool inventory not synced"},
+		{false, true, false, http.StatusServiceUnavailable, "serving certificate not loaded"},
+		{true, true, true, http.StatusServiceUnavailable, "shutting down"},
+		{true, true, false, http.StatusOK, "ok"},
 	} {
-		mux := healthMux(func() bool { return tt.cert }, func() bool { return tt.synced })
+		mux := healthMux(func() bool { return tt.cert }, func() bool { return tt.synced }, func() bool { return tt.stopping })
 		for path, want := range map[string]int{HealthzPath: http.StatusOK, ReadyzPath: tt.want} {
 			w := httptest.NewRecorder()
 			mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))

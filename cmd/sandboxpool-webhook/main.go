@@ -32,6 +32,7 @@ func main() {
 	flag.StringVar(&opts.NodeSANamespace, "node-sa-namespace", opts.NodeSANamespace, "namespace of the per-node agent service accounts (empty, with --node-sa-prefix empty, trusts only system:node:<node>)")
 	flag.StringVar(&opts.NodeSAPrefix, "node-sa-prefix", opts.NodeSAPrefix, "name prefix of the per-node agent service accounts; the node name follows it")
 	flag.StringVar(&opts.PolicyBundle, "policy-bundle", "", "OPA bundle (directory or .tar.gz) to use instead of the embedded policy")
+	flag.DurationVar(&opts.ShutdownDelay, "shutdown-delay", opts.ShutdownDelay, "how long to keep answering after SIGTERM (not ready, closing each connection after its answer) before shutting down: the time the cluster takes to stop sending requests to this replica")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")
