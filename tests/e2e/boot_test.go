@@ -91,7 +91,8 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 	t.Logf("meanwhile the API server shows the pool as %s", describe(getPool(t)))
 
 	// Meanwhile the API server still shows the pod and the node as they were before the
-	// reboot: nothing updates them (no node lifecycle controller runs here either).
+	// reboot: nothing updates them (kube-controller-manager's node lifecycle controller
+	// waits 50 s without a heartbeat before it marks the node).
 	if pod := mirrorPod(t); pod != nil {
 		t.Logf("meanwhile the API server shows the mirror pod %s, container %s (before the reboot: %s)", podState(pod), containerID(pod), before)
 	}
