@@ -48,7 +48,7 @@ func TestControllerLeaderPodDeleted(t *testing.T) {
 	if err != nil || len(pods) != 2 {
 		t.Fatalf("controller pods: %d (%v), want the Deployment's 2", len(pods), err)
 	}
-	leader, err := s.ControllerLeader(ctx)
+	leader, err := s.LiveLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestControllerLeaderPodDeleted(t *testing.T) {
 	setClassAnnotation(t, "e2e.sandbox-pool.io/failover", t0.Format("150405.000"))
 	var newLeader string
 	took := eventually(t, "another replica leads", time.Minute, func() (bool, string) {
-		l, err := s.ControllerLeader(ctx)
+		l, err := s.LiveLeader(ctx)
 		newLeader = l
 		return err == nil && l != leader, fmt.Sprintf("leader %q (%v)", l, err)
 	})

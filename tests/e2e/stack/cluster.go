@@ -334,9 +334,9 @@ func copyTree(src, dst, skip string) error {
 	})
 }
 
-// waitCluster waits until both Deployments have rolled out, the webhook answers through its
-// Service (a dry-run create reaches it) and a controller replica leads.
-func (s *Stack) waitCluster(ctx context.Context, timeout time.Duration) error {
+// WaitCluster waits until both Deployments have rolled out, the webhook answers through its
+// Service (a dry-run create reaches it) and a controller replica leads (LiveLeader).
+func (s *Stack) WaitCluster(ctx context.Context, timeout time.Duration) error {
 	t0 := time.Now()
 	var last string
 	err := waitFor(ctx, s.Kubelet, timeout, func() bool {
@@ -350,7 +350,7 @@ func (s *Stack) waitCluster(ctx context.Context, timeout time.Duration) error {
 			last = err.Error()
 			return false
 		}
-		if _, err := s.ControllerLeader(ctx); err != nil {
+		if _, err := s.LiveLeader(ctx); err != nil {
 			last = err.Error()
 			return false
 		}
@@ -405,18 +405,36 @@ func (s *Stack) WebhookAnswers(ctx context.Context) error {
 	return fmt.Errorf("the webhook through its Service: %w", err)
 }
 
-// ControllerLeader is the Pod that holds the controller's leader-election Lease (its
-// holderIdentity is <pod name>_<uuid>).
-func (s *Stack) ControllerLeader(ctx context.Context) (string, error) {
+// leaderRenewedWithin is how recently a live leader has renewed its Lease: it renews every
+// --leader-retry-period (2 s).
+const leaderRenewedWithin = 6 * time.Second
+
+// LiveLeader is the controller Pod that leads now: it holds the leader-election Lease, has
+// renewed it lately, and runs. A leader that died without releasing the Lease (its node
+// went down) still holds it until --leader-lease-duration (15 s) has passed; a Pod of the
+// same name started again is another process, which must wait for that too.
+func (s *Stack) LiveLeader(ctx context.Context) (string, error) {
 	l, err := s.kube.CoordinationV1().Leases(v1alpha1.DefaultSystemNamespace).Get(ctx, LeaderElectionLease, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("leader-election lease: %w", err)
 	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil {
 		return "", errors.New("no controller replica leads")
 	}
+	if age := time.Since(l.Spec.RenewTime.Time); age > leaderRenewedWithin {
+		return "", fmt.Errorf("the leader %s last renewed %s ago", *l.Spec.HolderIdentity, age.Round(time.Second))
+	}
 	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
-	return pod, nil
+	pods, err := s.ClusterPods(ctx, ControllerDeployment)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range pods {
+		if p.Name == pod && p.Status.Phase == corev1.PodRunning {
+			return pod, nil
+		}
+	}
+	return "", fmt.Errorf("the leader %s is not a running controller Pod", pod)
 }
 
 // ClusterPods are the live Pods of the Deployment name — not being deleted, not failed or

@@ -236,7 +236,7 @@ func (s *Stack) start(ctx context.Context) error {
 	if err := s.startNode(ctx, imagesDir); err != nil {
 		return err
 	}
-	return s.waitCluster(ctx, 3*time.Minute)
+	return s.WaitCluster(ctx, 3*time.Minute)
 }
 
 // build builds the node's binaries (unless Options.Bin has them) and the pause image.
@@ -368,9 +368,9 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 
 // BootNode starts the node's processes in the order a booting node's services start —
 // containerd (the pause image and the cluster half's images imported), node-ctl, the agent,
-// kubelet, kube-proxy — and, with waitReady, waits until the agent is ready, the node Ready
-// and kube-proxy has written its rules (none of it happens while the API server is
-// unreachable).
+// kubelet, kube-proxy — and, with waitReady, waits until the agent is ready, the node Ready,
+// kube-proxy has written its rules and, once the cluster half is installed, its Pods run
+// again on this, the only node (none of it happens while the API server is unreachable).
 func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	o, p := s.Opts, s.paths
 	o.Logf("starting containerd %s with the placeholder runtime handler", s.Containerd.bin)
@@ -430,6 +430,9 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 		return err
 	}
 	o.Logf("node %s Ready in %s", o.NodeName, time.Since(t0).Round(time.Millisecond))
+	if s.ready {
+		return s.WaitCluster(ctx, 3*time.Minute)
+	}
 	return nil
 }
 
