@@ -83,8 +83,13 @@ func cleanupKubeProxy(bin string) error {
 		if run("-w", "-t", "filter", "-n", "-L", firewallChain) != nil {
 			continue // no such chain
 		}
+		// Each jump is deleted until none is left (kube-proxy adds one; a restarted one that
+		// raced its own check could have added two).
 		for _, builtin := range []string{"INPUT", "OUTPUT"} {
-			for run("-w", "-t", "filter", "-D", builtin, "-j", firewallChain) == nil {
+			for range 10 {
+				if run("-w", "-t", "filter", "-D", builtin, "-j", firewallChain) != nil {
+					break
+				}
 			}
 		}
 		if err := run("-w", "-t", "filter", "-F", firewallChain); err != nil {
