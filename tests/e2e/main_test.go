@@ -156,7 +156,7 @@ func requireStack(t *testing.T) *stack.Stack {
 		if !t.Failed() {
 			return
 		}
-		for _, p := range []*stack.Proc{s.Agent.Proc, s.Kubelet, s.NodeCtl.Proc, s.Containerd, s.KubeProxy, s.ControllerManager} {
+		for _, p := range []*stack.Proc{s.Agent.Proc, s.Kubelet, s.NodeCtl.Proc, s.Containerd, s.KubeProxy.Proc, s.ControllerManager} {
 			t.Logf("--- last lines of %s (%s):\n%s", p.Name, p.Log, indent(p.Tail(25)))
 		}
 		for _, d := range []string{stack.ControllerDeployment, stack.WebhookDeployment} {

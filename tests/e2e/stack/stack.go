@@ -107,11 +107,12 @@ type Stack struct {
 	// LogDir holds one log file per process (the Pods' logs are in PodLog).
 	LogDir string
 	// The processes: the control plane's controllers, and the node's — containerd, kubelet,
-	// kube-proxy, and node-ctl and the agent under a supervisor that plays their installed
-	// systemd units (Restart=always).
-	ControllerManager, Scheduler   *Proc
-	Containerd, Kubelet, KubeProxy *Proc
-	NodeCtl, Agent                 *Unit
+	// node-ctl and the agent under a supervisor that plays their installed systemd units
+	// (Restart=always), and kube-proxy under the same supervisor (it exits when its Node is
+	// deleted, for its DaemonSet or unit to start it again).
+	ControllerManager, Scheduler *Proc
+	Containerd, Kubelet          *Proc
+	NodeCtl, Agent, KubeProxy    *Unit
 	// CgroupRoot is kubelet's cgroupRoot; NodeCtlCgroup is node-ctl's cgroup.
 	CgroupRoot, NodeCtlCgroup string
 	// Network is the node's CNI network.
@@ -345,17 +346,17 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 		args = append(args, "--node-labels="+strings.Join(labels, ","))
 	}
 	s.Kubelet = newProc("kubelet", s.LogDir, filepath.Join(o.Tools.KubeAssets, "kubelet"), args)
-	s.KubeProxy = newProc("kube-proxy", s.LogDir, s.kubeProxyBin(), []string{"--config=" + p.kubeProxyCfg, "--v=1"})
+	s.KubeProxy = fixedUnit(newProc("kube-proxy", s.LogDir, s.kubeProxyBin(), []string{"--config=" + p.kubeProxyCfg, "--v=1"}), time.Second)
 
-	// Both units start stopped; BootNode starts them.
-	for _, u := range []*Unit{s.NodeCtl, s.Agent} {
+	// The units start stopped; BootNode starts them.
+	for _, u := range []*Unit{s.NodeCtl, s.Agent, s.KubeProxy} {
 		if err := u.SetStopped(true); err != nil {
 			return err
 		}
 	}
 	supCtx, cancel := context.WithCancel(context.Background())
 	s.supervise = cancel
-	for _, u := range []*Unit{s.NodeCtl, s.Agent} {
+	for _, u := range []*Unit{s.NodeCtl, s.Agent, s.KubeProxy} {
 		s.supervisors.Add(1)
 		go func() {
 			defer s.supervisors.Done()
@@ -416,7 +417,7 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 		return err
 	}
 	s.proxyRules = true
-	if err := s.KubeProxy.Start(); err != nil {
+	if err := s.KubeProxy.StartUnit(); err != nil {
 		return err
 	}
 	if !waitReady {
@@ -426,7 +427,7 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	if err := waitFor(ctx, s.Kubelet, 3*time.Minute, func() bool { return s.NodeReady(ctx) }); err != nil {
 		return fmt.Errorf("node %s not Ready: %w", o.NodeName, err)
 	}
-	if err := waitHTTP(ctx, s.KubeProxy, "http://"+s.proxyHealthz+"/healthz", time.Minute); err != nil {
+	if err := waitHTTP(ctx, nil, "http://"+s.proxyHealthz+"/healthz", time.Minute); err != nil {
 		return err
 	}
 	o.Logf("node %s Ready in %s", o.NodeName, time.Since(t0).Round(time.Millisecond))
@@ -444,13 +445,13 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 // API server shares this host's rules).
 func (s *Stack) ShutdownNode(ctx context.Context) error {
 	var errs []error
-	if s.Agent != nil {
-		errs = append(errs, s.Agent.StopUnit(30*time.Second))
-	}
-	for _, p := range []*Proc{s.KubeProxy, s.Kubelet} {
-		if p != nil {
-			errs = append(errs, p.Stop(30*time.Second))
+	for _, u := range []*Unit{s.Agent, s.KubeProxy} {
+		if u != nil {
+			errs = append(errs, u.StopUnit(30*time.Second))
 		}
+	}
+	if s.Kubelet != nil {
+		errs = append(errs, s.Kubelet.Stop(30*time.Second))
 	}
 	if s.Containerd != nil && s.Containerd.Running() {
 		if out, err := s.Crictl(ctx, "rmp", "--all", "--force"); err != nil {

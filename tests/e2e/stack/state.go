@@ -59,7 +59,7 @@ func (s *Stack) State() State {
 			st.Processes = append(st.Processes, RecordOf(name, pid))
 		}
 	}
-	for _, p := range []*Proc{s.ControllerManager, s.Scheduler, s.Containerd, s.nodeCtlProc(), s.agentProc(), s.Kubelet, s.KubeProxy} {
+	for _, p := range []*Proc{s.ControllerManager, s.Scheduler, s.Containerd, unitProc(s.NodeCtl), unitProc(s.Agent), s.Kubelet, unitProc(s.KubeProxy)} {
 		if p != nil && p.Running() {
 			st.Processes = append(st.Processes, p.Record())
 		}
@@ -185,16 +185,10 @@ func TearDown(st State, grace time.Duration, logf func(string, ...any)) error {
 	return errors.Join(errs...)
 }
 
-func (s *Stack) nodeCtlProc() *Proc {
-	if s.NodeCtl == nil {
+// unitProc is u's process, nil without a unit.
+func unitProc(u *Unit) *Proc {
+	if u == nil {
 		return nil
 	}
-	return s.NodeCtl.Proc
-}
-
-func (s *Stack) agentProc() *Proc {
-	if s.Agent == nil {
-		return nil
-	}
-	return s.Agent.Proc
+	return u.Proc
 }

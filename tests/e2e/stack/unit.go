@@ -16,7 +16,7 @@ import (
 // is set, is written there for those commands.
 type Unit struct {
 	*Proc
-	// File is the installed unit file.
+	// File is the installed unit file; empty, the process's command line is fixed.
 	File string
 	// StoppedFile, when set, holds the stopped state: the unit is stopped while it exists.
 	StoppedFile string
@@ -33,8 +33,17 @@ func newUnit(name, logDir, file string, env ...string) *Unit {
 	return &Unit{Proc: newProc(name, logDir, "", nil, env...), File: file}
 }
 
+// fixedUnit is a unit of the node's own (not one install.sh installs), with a fixed command
+// line and restart delay.
+func fixedUnit(p *Proc, restartSec time.Duration) *Unit {
+	return &Unit{Proc: p, restartSec: restartSec}
+}
+
 // load reads the unit file into the process's command line and the restart delay.
 func (u *Unit) load() error {
+	if u.File == "" {
+		return nil
+	}
 	spec, err := readUnit(u.File)
 	if err != nil {
 		return err
