@@ -168,12 +168,13 @@ bench: bench-scale ## The scale proof (hollow nodes, ~25 min): prints its tables
 bench-all: bench-components bench-scale bench-lease-load ## Every benchmark below (~40 min; figures in docs/benchmarks.md).
 
 .PHONY: bench-components
-bench-components: tools ## The components' benchmarks: schema, policy, webhook, admission round trip, operator fan-out, agent.
+bench-components: tools ## The components' benchmarks: schema, policy, webhook, admission round trip, node Lease policy, operator fan-out, agent.
 	@mkdir -p _output
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x -count 3 ./schema/ | tee _output/bench-schema.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./policy/ | tee _output/bench-policy.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./webhook/ | tee _output/bench-webhook.txt
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/ | tee _output/bench-admission.txt
+	$(TEST_ENV) $(GO) test -run '^$$' -bench LeaseRenewalNodePolicy -benchtime 400x ./tests/attack/ | tee _output/bench-lease-policy.txt
 	$(MAKE) --no-print-directory bench-operator bench-agent
 
 BENCH_SIZES ?= 1000,5000

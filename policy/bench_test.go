@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/policy"
@@ -24,13 +25,13 @@ func inventory(n int) map[string]policy.PoolRef {
 }
 
 // BenchmarkEvaluate measures one admission decision per request kind. The pool create
-// runs against an inventory of 1,000 pools (and 10,000: the SPEC's scale), since the
+// runs against an inventory of 1,000 pools (and 10,000: the design's scale, docs/design.md §5), since the
 // class-conflict rule scans it.
 func BenchmarkEvaluate(b *testing.B) {
 	ctx := context.Background()
 	statusUpdate := updateStatus(b, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 		st.PoolInfo.Zone = "z2"
-		setCondition(st, condition(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue))
+		meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionResizeInProgress.String(), metav1.ConditionTrue))
 	}))
 	for _, bm := range []struct {
 		name      string

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -9,8 +10,7 @@ import (
 
 // Paths of the data the engine supplies to the policy, outside the bundle roots.
 const (
-	// dataConfig is data.config: who the controller is and how per-node service accounts
-	// are named.
+	// dataConfig is data.config: who the controller and the operators are.
 	dataConfig = "config"
 	// dataInventory is data.inventory; its pools member maps a pool name to a PoolRef, as
 	// Gatekeeper's data.inventory mirrors cluster objects.
@@ -23,46 +23,50 @@ const (
 
 // Defaults of Config.
 const (
-	// DefaultNamespace is the namespace of the default install: the controller's and the
-	// per-node agent service accounts live there.
+	// DefaultNamespace is the namespace of the default install, where the controller's
+	// service account lives.
 	DefaultNamespace = v1alpha1.DefaultSystemNamespace
-	// DefaultNodeServiceAccountPrefix starts the name of every per-node agent service
-	// account; the node name follows it.
-	DefaultNodeServiceAccountPrefix = "placeholder-agent-"
 	// DefaultControllerUsername is the controller's service account in the default install.
 	DefaultControllerUsername = "system:serviceaccount:" + DefaultNamespace + ":sandbox-pool-controller"
+	// DefaultOperatorGroup is the group deploy/rbac binds the sandbox-pool-operator role to.
+	DefaultOperatorGroup = v1alpha1.OperatorGroup
 )
 
-// Config is data.config: the identities the status-scoping rule trusts.
+// Config is data.config: the identities the policy trusts, or limits, by name. A node is
+// always known by its own identity, system:node:<node> in group system:nodes.
 type Config struct {
 	// ControllerUsernames are the usernames of the SandboxPool controller.
 	ControllerUsernames []string `json:"controller_usernames"`
 	// ControllerGroups are groups whose members act as the controller.
 	ControllerGroups []string `json:"controller_groups"`
-	// NodeServiceAccountNamespace and NodeServiceAccountPrefix name the per-node agent
-	// service accounts: the agent of node N may authenticate as
-	// system:serviceaccount:<NodeServiceAccountNamespace>:<NodeServiceAccountPrefix>N.
-	// Both empty turns per-node service accounts off (only system:node:N is trusted).
-	NodeServiceAccountNamespace string `json:"node_service_account_namespace"`
-	NodeServiceAccountPrefix    string `json:"node_service_account_prefix"`
+	// OperatorUsernames and OperatorGroups are the holders of the sandbox-pool-operator
+	// role, who may change a pool's spec.override and nothing else of it.
+	OperatorUsernames []string `json:"operator_usernames"`
+	OperatorGroups    []string `json:"operator_groups"`
 }
 
 // DefaultConfig is the configuration of the default install.
 func DefaultConfig() Config {
 	return Config{
-		ControllerUsernames:         []string{DefaultControllerUsername},
-		NodeServiceAccountNamespace: DefaultNamespace,
-		NodeServiceAccountPrefix:    DefaultNodeServiceAccountPrefix,
+		ControllerUsernames: []string{DefaultControllerUsername},
+		OperatorGroups:      []string{DefaultOperatorGroup},
 	}
 }
 
 // Validate reports a configuration the policy would read in a surprising way.
 func (c Config) Validate() error {
-	if (c.NodeServiceAccountNamespace == "") != (c.NodeServiceAccountPrefix == "") {
-		return errors.New("policy config: set both node_service_account_namespace and node_service_account_prefix, or neither")
-	}
 	if len(c.ControllerUsernames) == 0 && len(c.ControllerGroups) == 0 {
 		return errors.New("policy config: no controller identity; set controller_usernames or controller_groups")
+	}
+	for _, u := range c.OperatorUsernames {
+		if slices.Contains(c.ControllerUsernames, u) {
+			return fmt.Errorf("policy config: %s is both the controller and an operator", u)
+		}
+	}
+	for _, g := range c.OperatorGroups {
+		if slices.Contains(c.ControllerGroups, g) {
+			return fmt.Errorf("policy config: group %s is both the controller and operators", g)
+		}
 	}
 	return nil
 }
@@ -70,10 +74,10 @@ func (c Config) Validate() error {
 // value is Config as the JSON-shaped value stored at data.config.
 func (c Config) value() map[string]any {
 	return map[string]any{
-		"controller_usernames":           anyStrings(c.ControllerUsernames),
-		"controller_groups":              anyStrings(c.ControllerGroups),
-		"node_service_account_namespace": c.NodeServiceAccountNamespace,
-		"node_service_account_prefix":    c.NodeServiceAccountPrefix,
+		"controller_usernames": anyStrings(c.ControllerUsernames),
+		"controller_groups":    anyStrings(c.ControllerGroups),
+		"operator_usernames":   anyStrings(c.OperatorUsernames),
+		"operator_groups":      anyStrings(c.OperatorGroups),
 	}
 }
 

@@ -9,7 +9,10 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
@@ -39,60 +42,53 @@ func TestEvaluate(t *testing.T) {
 		// msg must appear in the joined message.
 		msg string
 	}{
-		// SandboxPoolClass.
+		// SandboxPoolClass. Its shape is the schema's; the policy keeps what no schema says.
 		{name: "class create", req: createClass(t, newClass())},
-		{name: "class zero cpu", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
+		{name: "class zero cpu is the schema's", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.ResourcePolicy.Resources = quota("0", "8Gi")
-		})), want: []string{"spec.resourcePolicy.resources.cpu"}, msg: "spec.resourcePolicy.resources.cpu: must be a quantity greater than zero"},
-		{name: "class missing memory", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
-			delete(c.Spec.ResourcePolicy.Resources, "memory")
-		})), want: []string{"spec.resourcePolicy.resources.memory"}},
-		{name: "class bad runtimeClassName", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
-			c.Spec.PlaceholderPod.RuntimeClassName = "Not_Valid"
-		})), want: []string{"spec.placeholderPod.runtimeClassName"}},
+		}))},
 		{name: "class selector change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.Selector.MatchLabels = map[string]string{"pool": "other"}
 		})), want: []string{"spec.selector"}, msg: "spec.selector: field is immutable"},
 		{name: "class quota change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.ResourcePolicy.Resources = quota("500m", "4Gi")
 		}))},
+		{name: "class quota change by the controller", req: request(t, admissionv1.Update, v1alpha1.ResourceSandboxPoolClasses, "", controller, newClass(func(c *v1alpha1.SandboxPoolClass) {
+			c.Spec.ResourcePolicy.Resources = quota("500m", "4Gi")
+		}), newClass()), want: []string{"spec"}, msg: "the controller (caller " + policy.DefaultControllerUsername + ") may change a class's finalizers and status only"},
+		{name: "class finalizer by the controller", req: request(t, admissionv1.Update, v1alpha1.ResourceSandboxPoolClasses, "", controller, newClass(func(c *v1alpha1.SandboxPoolClass) {
+			c.Finalizers = []string{v1alpha1.FinalizerClassPools}
+		}), newClass())},
 		{name: "class delete", req: request(t, admissionv1.Delete, v1alpha1.ResourceSandboxPoolClasses, "", admin, nil, newClass())},
 
 		// SandboxPool.
 		{name: "pool create", req: createPool(t, newPool("node-a"))},
 		{name: "pool create long node name", req: createPool(t, newPool(long))},
-		{name: "pool wrong name", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
+		{name: "pool wrong name is the schema's", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Name = "placeholder-node-b"
-		})), want: []string{"metadata.name"}, msg: "metadata.name: must be the pool name of spec.nodeName (placeholder-node-a)"},
-		{name: "pool long node name not hashed", req: createPool(t, newPool(long, func(p *v1alpha1.SandboxPool) {
-			p.Name = "placeholder-" + long[:241]
-		})), want: []string{"metadata.name"}},
-		{name: "pool override without reason", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: true, ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("6", "12Gi")}}
-		})), want: []string{"spec.override.reason"}},
-		{name: "pool override without policy", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1"}
-		})), want: []string{"spec.override.resourcePolicy"}},
-		{name: "pool override zero cpu", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("0", "12Gi")}}
-		})), want: []string{"spec.override.resourcePolicy.resources.cpu"}},
-		{name: "pool override", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("6", "12Gi")}}
-		}))},
-		{name: "pool tcp endpoint", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.NodeCtl = &v1alpha1.NodeCtlConfig{Endpoint: "tcp://10.0.0.1:7070"}
-		})), want: []string{"spec.nodeCtl.endpoint"}},
-		{name: "pool unix endpoint", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.NodeCtl = &v1alpha1.NodeCtlConfig{Endpoint: "unix:///run/node-ctl.sock"}
 		}))},
 		{name: "pool nodeName and classRef immutable", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Spec.NodeName = "node-b"
 			p.Spec.ClassRef.Name = "gold"
-		})), want: []string{"metadata.name", "spec.classRef.name", "spec.nodeName"}},
+		})), want: []string{"spec.classRef.name", "spec.nodeName"}},
 		{name: "pool spec updated by its node", req: updatePool(t, kubelet("node-a"), newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
 		})), want: []string{"spec"}, msg: "may not be modified by node identity system:node:node-a"},
-		{name: "pool spec updated by a node service account", req: updatePool(t, agentServiceAccount("node-a"), newPool("node-a"), newPool("node-a")), want: []string{"spec"}},
+		{name: "pool override by an operator", req: updatePool(t, operator, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("6", "12Gi")}}
+		}))},
+		{name: "pool snapshot by an operator", req: updatePool(t, operator, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
+		})), want: []string{"spec.resourcePolicy"}, msg: "the operator role may change spec.override only"},
+		{name: "pool override by the controller", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.Override = &v1alpha1.Override{Enabled: false}
+		})), want: []string{"spec.override"}},
+		{name: "pool ever-ready by an admin", req: updatePool(t, admin, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Annotations = map[string]string{v1alpha1.AnnotationEverReady: "true"}
+		})), want: []string{"metadata.annotations[" + v1alpha1.AnnotationEverReady + "]"}, msg: "the controller's marker"},
+		{name: "pool ever-ready by the controller", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Annotations = map[string]string{v1alpha1.AnnotationEverReady: "true"}
+		}))},
 		{name: "pool class conflict", req: createPool(t, newPool("node-g", func(p *v1alpha1.SandboxPool) {
 			p.Spec.ClassRef.Name = "silver"
 		})), want: []string{"spec.nodeName"}, msg: "node node-g already belongs to class gold"},
@@ -104,32 +100,31 @@ func TestEvaluate(t *testing.T) {
 		{name: "status by its node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.PoolInfo.Zone = "z2"
 			st.Resize = &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress}
-			setCondition(st, condition(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionResizeInProgress.String(), metav1.ConditionTrue))
 		}))},
-		{name: "status by its node service account", req: updateStatus(t, agentServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
-			setCondition(st, condition(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionFalse))
-		}))},
+		{name: "status by its node's Lease identity", req: updateStatus(t, leaseServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionPlaceholderPodReady.String(), metav1.ConditionFalse))
+		})), want: []string{"status"}},
 		{name: "status by another node", req: updateStatus(t, kubelet("node-a"), withStatus("node-b"), withStatus("node-b")), want: []string{"status"},
 			msg: "status of pool placeholder-node-b may only be written by node node-b or the controller; caller system:node:node-a is neither"},
-		{name: "status by another node service account", req: updateStatus(t, agentServiceAccount("node-a"), withStatus("node-b"), withStatus("node-b")), want: []string{"status"}},
 		{name: "status by an admin", req: updateStatus(t, admin, withStatus("node-b"), withStatus("node-b")), want: []string{"status"}, msg: "caller kubernetes-admin is neither"},
 		{name: "status phase by node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.Phase = v1alpha1.PhaseDegraded
 		})), want: []string{"status.phase"}, msg: "status.phase: owned by the controller; node node-b"},
 		{name: "status controller conditions by node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
-			setCondition(st, condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse))
-			setCondition(st, condition(v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse))
 		})), want: []string{"status.conditions[type=NodeNotFound]", "status.conditions[type=PlaceholderAgentHealthy]"}},
 		{name: "status by controller", req: updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.Phase = v1alpha1.PhaseUnready
-			setCondition(st, condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse))
-			setCondition(st, condition(v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue))
 		}))},
 		{name: "status agent fields by controller", req: updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.Phase = v1alpha1.PhaseDegraded
 			st.PoolInfo = nil
-			st.LastAppliedGeneration = ptr(int64(2))
-			setCondition(st, condition(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse))
+			st.LastAppliedGeneration = ptr.To(int64(2))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionFalse))
 		})), want: []string{"status.conditions[type=NodeCtlHealthy]", "status.lastAppliedGeneration", "status.poolInfo"},
 			msg: "status.poolInfo: owned by the placeholder agent of node node-b; the controller"},
 	}
@@ -211,13 +206,21 @@ func TestInventory(t *testing.T) {
 	allowed(true)
 }
 
-// TestConfig checks that the controller identity and the per-node service accounts come
-// from the config.
+// TestConfig checks that the controller and operator identities come from the config.
 func TestConfig(t *testing.T) {
 	ctx := context.Background()
 	e := policytest.NewEngine(t)
-	bySA := updateStatus(t, agentServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b"))
-	byGroup := updateStatus(t, admin, withStatus("node-b"), withStatus("node-b"))
+	bySA := updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+		st.Phase = v1alpha1.PhaseUnready
+	}))
+	byGroup := updateStatus(t, admin, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
+		st.Phase = v1alpha1.PhaseUnready
+	}))
+	snapshot := func(who authenticationv1.UserInfo) *admissionv1.AdmissionRequest {
+		return updatePool(t, who, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
+		}))
+	}
 	check := func(req *admissionv1.AdmissionRequest, want bool) {
 		t.Helper()
 		d, err := e.Evaluate(ctx, req)
@@ -230,18 +233,25 @@ func TestConfig(t *testing.T) {
 	}
 	check(bySA, true)
 	check(byGroup, false)
+	check(snapshot(operator), false)
+	check(snapshot(admin), true)
 
-	if err := e.SetConfig(ctx, policy.Config{ControllerGroups: admin.Groups}); err != nil {
+	if err := e.SetConfig(ctx, policy.Config{ControllerGroups: admin.Groups, OperatorUsernames: []string{"bob"}}); err != nil {
 		t.Fatal(err)
 	}
 	check(bySA, false)
 	check(byGroup, true)
+	check(snapshot(operator), true)
+	check(snapshot(authenticationv1.UserInfo{Username: "bob"}), false)
 
-	if err := e.SetConfig(ctx, policy.Config{ControllerGroups: admin.Groups, NodeServiceAccountPrefix: "x-"}); err == nil {
-		t.Error("SetConfig accepted a prefix without a namespace")
-	}
-	if err := e.SetConfig(ctx, policy.Config{}); err == nil {
-		t.Error("SetConfig accepted a config without a controller identity")
+	for name, c := range map[string]policy.Config{
+		"no controller identity":               {},
+		"a user both controller and operator":  {ControllerUsernames: []string{"x"}, OperatorUsernames: []string{"x"}},
+		"a group both controller and operator": {ControllerGroups: []string{"g"}, OperatorGroups: []string{"g"}},
+	} {
+		if err := e.SetConfig(ctx, c); err == nil {
+			t.Errorf("SetConfig accepted %s", name)
+		}
 	}
 	if _, err := policy.New(ctx, policy.WithConfig(policy.Config{})); err == nil {
 		t.Error("New accepted a config without a controller identity")
@@ -251,20 +261,20 @@ func TestConfig(t *testing.T) {
 // TestSortedViolations checks that violations come sorted by field, then message.
 func TestSortedViolations(t *testing.T) {
 	e := policytest.NewEngine(t)
-	req := createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
-		c.Spec.ResourcePolicy.Resources = nil
-		c.Spec.PlaceholderPod.RuntimeClassName = "Bad"
+	req := updatePool(t, admin, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+		p.Spec.NodeName = "node-b"
+		p.Labels[v1alpha1.LabelClass] = "gold"
 	}))
 	d, err := e.Evaluate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"spec.placeholderPod.runtimeClassName", "spec.resourcePolicy.resources"}
+	want := []string{"metadata.labels[" + v1alpha1.LabelClass + "]", "spec.nodeName"}
 	if got := fields(d); !slices.Equal(got, want) {
 		t.Errorf("fields = %q, want %q", got, want)
 	}
-	if want := "spec.placeholderPod.runtimeClassName: must be a lower-case RFC 1123 subdomain; " +
-		"spec.resourcePolicy.resources: field is required but not present"; d.Message() != want {
+	if want := "metadata.labels[" + v1alpha1.LabelClass + "]: the controller's marker; kubernetes-admin may not set, change or remove it; " +
+		"spec.nodeName: field is immutable"; d.Message() != want {
 		t.Errorf("Message() = %q, want %q", d.Message(), want)
 	}
 }

@@ -44,8 +44,12 @@ func (k Kind) Definition() string { return "#" + string(k) }
 // evaluations run on a pool of independent evaluators (each its own CUE context, built from
 // its own load of the files), at most GOMAXPROCS of them, created on demand.
 type Schema struct {
-	root cue.Value // first evaluator's package value, for Lookup by single-threaded tools
+	srcs map[string][]byte // the CUE files, by name, each evaluator compiles
+	root cue.Value         // first evaluator's package value, for Lookup by single-threaded tools
 	idle chan *evaluator
+	// mapListKeys are the map lists of each kind (path without indexes -> keys), read from
+	// the schema once: ValidateUpdate matches their elements by key.
+	mapListKeys map[Kind]map[string][]string
 
 	mu   sync.Mutex // guards made and serialises the creation of evaluators
 	made int
@@ -56,6 +60,10 @@ type evaluator struct {
 	ctx  *cue.Context
 	root cue.Value
 	defs map[Kind]cue.Value
+	// parts are the schemas of each kind's parts, required the members of each part that
+	// are not optional (ValidateUpdate).
+	parts    map[Kind]map[Part]cue.Value
+	required map[Kind]map[Part][]string
 }
 
 var (
@@ -96,21 +104,34 @@ func Files() (map[string][]byte, error) {
 }
 
 func compile() (*Schema, error) {
-	first, err := newEvaluator()
-	if err != nil {
-		return nil, err
-	}
-	s := &Schema{root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1}
-	s.idle <- first
-	return s, nil
-}
-
-// newEvaluator loads and compiles the embedded files into a new CUE context.
-func newEvaluator() (*evaluator, error) {
 	srcs, err := Files()
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded schema: %w", err)
 	}
+	return Compile(srcs)
+}
+
+// Compile compiles a schema from CUE files (name -> content) laid out as the embedded ones:
+// one package holding #SandboxPoolClass and #SandboxPool. Compiled is Compile of the
+// embedded files, once; other sources serve tools and tests that need another version of
+// the API, such as an older release's rules in an upgrade test.
+func Compile(srcs map[string][]byte) (*Schema, error) {
+	first, err := newEvaluator(srcs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Schema{srcs: srcs, root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1,
+		mapListKeys: map[Kind]map[string][]string{}}
+	for _, k := range Kinds {
+		s.mapListKeys[k] = map[string][]string{}
+		mapLists(first.defs[k], nil, s.mapListKeys[k], 0)
+	}
+	s.idle <- first
+	return s, nil
+}
+
+// newEvaluator loads and compiles the files into a new CUE context.
+func newEvaluator(srcs map[string][]byte) (*evaluator, error) {
 	const dir = "/sandboxpool/schema"
 	overlay := map[string]load.Source{}
 	for name, b := range srcs {
@@ -128,13 +149,18 @@ func newEvaluator() (*evaluator, error) {
 	if err := root.Err(); err != nil {
 		return nil, fmt.Errorf("compiling schema: %w", err)
 	}
-	e := &evaluator{ctx: ctx, root: root, defs: map[Kind]cue.Value{}}
+	e := &evaluator{ctx: ctx, root: root, defs: map[Kind]cue.Value{},
+		parts: map[Kind]map[Part]cue.Value{}, required: map[Kind]map[Part][]string{}}
 	for _, k := range Kinds {
 		v := root.LookupPath(cue.ParsePath(k.Definition()))
 		if err := v.Err(); err != nil {
 			return nil, fmt.Errorf("schema has no %s: %w", k.Definition(), err)
 		}
 		e.defs[k] = v
+		var err error
+		if e.parts[k], e.required[k], err = partsOf(v); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", k.Definition(), err)
+		}
 	}
 	return e, nil
 }
@@ -149,7 +175,7 @@ func (s *Schema) acquire() (*evaluator, error) {
 	s.mu.Lock()
 	if s.made < cap(s.idle) {
 		defer s.mu.Unlock()
-		e, err := newEvaluator()
+		e, err := newEvaluator(s.srcs)
 		if err != nil {
 			return nil, err
 		}
@@ -214,11 +240,11 @@ func (s *Schema) Default(kind Kind, obj []byte) ([]byte, error) {
 	defer s.release(e)
 	v := e.defs[kind].Unify(e.ctx.BuildExpr(expr))
 	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
-		return nil, toValidationError(kind, err)
+		return nil, toValidationError(kind, violationsOf(err))
 	}
 	out, err := v.MarshalJSON()
 	if err != nil {
-		return nil, toValidationError(kind, err)
+		return nil, toValidationError(kind, violationsOf(err))
 	}
 	return out, nil
 }
@@ -229,21 +255,36 @@ func (s *Schema) Validate(kind Kind, obj []byte) error {
 	return err
 }
 
+// violation is one error CUE reported: the selectors of the value it is about (starting
+// with the definition, as CUE reports them) and its message.
+type violation struct {
+	path []string
+	msg  string
+}
+
+// violationsOf lists the errors in err.
+func violationsOf(err error) []violation {
+	var out []violation
+	for _, e := range cueerrors.Errors(err) {
+		format, args := e.Msg()
+		out = append(out, violation{path: e.Path(), msg: fmt.Sprintf(format, args...)})
+	}
+	return out
+}
+
 // toValidationError turns CUE's errors into field errors. CUE reports a failed disjunction
 // as a summary line plus one error per alternative; the schema attaches an error("...")
 // alternative with the human rule wherever that matters, so the summary and the
 // type-mismatch noise of the other alternatives are dropped when a rule message exists.
-func toValidationError(kind Kind, err error) *ValidationError {
+func toValidationError(kind Kind, vs []violation) *ValidationError {
 	byPath := map[string][]string{}
 	var order []string
-	for _, e := range cueerrors.Errors(err) {
-		p := fieldPath(e.Path())
-		format, args := e.Msg()
-		msg := fmt.Sprintf(format, args...)
+	for _, v := range vs {
+		p := fieldPath(v.path)
 		if _, seen := byPath[p]; !seen {
 			order = append(order, p)
 		}
-		byPath[p] = append(byPath[p], msg)
+		byPath[p] = append(byPath[p], v.msg)
 	}
 	ve := &ValidationError{Kind: kind}
 	for _, p := range order {

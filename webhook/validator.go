@@ -51,11 +51,17 @@ func NewValidator(s *schema.Schema, p *policy.Engine) *Validator {
 
 // Validate decides req.
 //
-// DELETE and CONNECT are allowed without evaluation. For CREATE and UPDATE the CUE schema
-// validates and defaults req.Object (an UPDATE must also carry an old object that is a
-// JSON object); a schema violation denies the request with one policy.Violation per broken
-// rule, each message starting with the field. Only an object the schema accepts goes on to
-// the Rego policy, which sees the request with the defaulted object substituted.
+// DELETE and CONNECT are allowed without evaluation. A CREATE is validated and defaulted by
+// the CUE schema. An UPDATE (which must also carry an old object that is a JSON object) is
+// validated as the API server validates an update of a custom resource: only the parts that
+// changed (a status write: the status; a finalizer removal: the metadata), and a violation
+// about a value the old object already had is ignored (schema.ValidateUpdate), so objects
+// stored under older, looser rules can still be written where the write itself is valid. A
+// schema violation denies the request with one policy.Violation per broken rule, each
+// message starting with the field. Only a request the schema accepts goes on to the Rego
+// policy, which sees a CREATE with the defaulted object and an UPDATE with the objects as
+// the API server sent them (it has already applied the CRD's defaults, generated from the
+// same schema). The policy's transition and identity rules are never ratcheted.
 //
 // An error means no decision: an unsupported kind or resource (ErrUnsupportedKind), a
 // malformed request (ErrMalformedRequest), or a policy that could not be evaluated. It is
@@ -93,26 +99,32 @@ func (v *Validator) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	if obj[0] != '{' {
 		return policy.Decision{Violations: []policy.Violation{{Msg: fmt.Sprintf("the %s is not a JSON object", kind)}}}, nil
 	}
-	defaulted, err := v.schema.Default(kind, obj)
-	if err != nil {
-		if ve, ok := errors.AsType[*schema.ValidationError](err); ok {
-			return schemaDenial(ve), nil
-		}
-		return policy.Decision{}, fmt.Errorf("validating %s against the schema: %w", kind, err)
-	}
-
 	sub := *req
-	sub.Object = runtime.RawExtension{Raw: defaulted}
-	if old != nil {
-		// The old object is the stored one, which the API server has already defaulted
-		// from the same schema (the CRD's defaults are generated from it).
-		sub.OldObject = runtime.RawExtension{Raw: old}
+	if old == nil {
+		defaulted, err := v.schema.Default(kind, obj)
+		if err != nil {
+			return schemaDecision(kind, err)
+		}
+		sub.Object = runtime.RawExtension{Raw: defaulted}
+	} else {
+		if err := v.schema.ValidateUpdate(kind, old, obj); err != nil {
+			return schemaDecision(kind, err)
+		}
+		sub.Object, sub.OldObject = runtime.RawExtension{Raw: obj}, runtime.RawExtension{Raw: old}
 	}
 	d, err := v.policy.Evaluate(ctx, &sub)
 	if err != nil {
 		return policy.Decision{}, fmt.Errorf("validating %s %s: %w", kind, req.Name, err)
 	}
 	return d, nil
+}
+
+// schemaDecision is the denial of a schema violation, or no decision for any other error.
+func schemaDecision(kind schema.Kind, err error) (policy.Decision, error) {
+	if ve, ok := errors.AsType[*schema.ValidationError](err); ok {
+		return schemaDenial(ve), nil
+	}
+	return policy.Decision{}, fmt.Errorf("validating %s against the schema: %w", kind, err)
 }
 
 // kindOf is the schema kind of the request; the request's resource must hold that kind.

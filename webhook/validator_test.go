@@ -105,22 +105,31 @@ func TestValidatorDecisions(t *testing.T) {
 	}
 }
 
-// TestValidatorDefaultsReachPolicy checks that the policy sees the object with the
-// schema's defaults.
-func TestValidatorDefaultsReachPolicy(t *testing.T) {
+// TestValidatorObjectsReachPolicy checks what the policy sees: a CREATE with the schema's
+// defaults, an UPDATE with the objects as the API server sent them (it has defaulted them
+// already, from the CRD generated from the same schema).
+func TestValidatorObjectsReachPolicy(t *testing.T) {
 	v := newValidator(t, policytest.Bundle(t, `package sandboxpool.admission
 
-deny contains {"field": "spec.placeholderPod.runtimeClassName", "msg": "object not defaulted"} if {
+deny contains {"field": "spec.placeholderPod.runtimeClassName", "msg": "create not defaulted"} if {
+	input.request.operation == "CREATE"
 	input.request.object.spec.placeholderPod.runtimeClassName != "placeholder"
 }
 
-deny contains {"field": "spec.placeholderPod.runtimeClassName", "msg": "object not defaulted"} if {
+deny contains {"field": "spec.placeholderPod.runtimeClassName", "msg": "create not defaulted"} if {
+	input.request.operation == "CREATE"
 	not input.request.object.spec.placeholderPod.runtimeClassName
+}
+
+deny contains {"field": "spec", "msg": "update not as sent"} if {
+	input.request.operation == "UPDATE"
+	input.request.object.spec.placeholderPod
 }
 `))
 	for name, req := range map[string]*admissionv1.AdmissionRequest{
 		"create": createClass(classJSON),
-		"update": request(admissionv1.Update, v1alpha1.KindSandboxPoolClass, "", admin, []byte(classJSON), []byte(classJSON)),
+		"update": request(admissionv1.Update, v1alpha1.KindSandboxPoolClass, "", admin,
+			[]byte(strings.Replace(classJSON, `"cpu":"4"`, `"cpu":"5"`, 1)), []byte(classJSON)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			d, err := v.Validate(context.Background(), req)
@@ -129,6 +138,51 @@ deny contains {"field": "spec.placeholderPod.runtimeClassName", "msg": "object n
 			}
 			if !d.Allowed {
 				t.Errorf("denied: %s", d.Message())
+			}
+		})
+	}
+}
+
+// TestValidatorRatchetsUpdates: a pool stored under older rules (a bare numeric priority,
+// refused today) still takes status writes, override edits and finalizer removal, while a
+// write that adds a violation of its own is refused, naming the field; identity rules are
+// not ratcheted.
+func TestValidatorRatchetsUpdates(t *testing.T) {
+	stored := strings.Replace(poolStatusJSON, `"nodeName":"node-a",`, `"nodeName":"node-a","placeholderPod":{"priority":1000},`, 1)
+	stored = strings.Replace(stored, `"labels":{`, `"finalizers":["sandboxpool.agentcube.volcano.sh/placeholder-pod"],"labels":{`, 1)
+	if d, err := newValidator(t).Validate(context.Background(), createPool(stored)); err != nil || d.Allowed {
+		t.Fatalf("the stored pool passes today's rules (%+v, %v); the test needs one that does not", d, err)
+	}
+	override := `"override":{"enabled":true,"reason":"OPS-1","resourcePolicy":{"resources":{"cpu":"6","memory":"12Gi"}}},"resourcePolicy"`
+	for name, tt := range map[string]struct {
+		req  *admissionv1.AdmissionRequest
+		want string
+	}{
+		"status write by the node": {req: updatePoolStatus(nodeA, stored, strings.Replace(stored, `"connected":true`, `"connected":false`, 1))},
+		"override edit": {req: request(admissionv1.Update, v1alpha1.KindSandboxPool, "", admin,
+			[]byte(strings.Replace(stored, `"resourcePolicy"`, override, 1)), []byte(stored))},
+		"finalizer removal": {req: request(admissionv1.Update, v1alpha1.KindSandboxPool, "", controller,
+			[]byte(strings.Replace(stored, `"finalizers":["sandboxpool.agentcube.volcano.sh/placeholder-pod"],`, ``, 1)), []byte(stored))},
+		"status write of an invalid value": {req: updatePoolStatus(nodeA, stored, strings.Replace(stored, `"phase":"Running"`, `"phase":"Running","ip":"`+strings.Repeat("1", 65)+`"`, 1)),
+			want: "status.placeholderPod.ip"},
+		"override edit without a reason": {req: request(admissionv1.Update, v1alpha1.KindSandboxPool, "", admin,
+			[]byte(strings.Replace(stored, `"resourcePolicy"`, `"override":{"enabled":true,"resourcePolicy":{"resources":{"cpu":"6","memory":"12Gi"}}},"resourcePolicy"`, 1)), []byte(stored)),
+			want: "spec.override.reason"},
+		"status write by another node": {req: updatePoolStatus(kubelet("node-b"), stored, strings.Replace(stored, `"connected":true`, `"connected":false`, 1)),
+			want: "may only be written by node node-a"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := newValidator(t).Validate(context.Background(), tt.req)
+			if err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			switch {
+			case tt.want == "" && !d.Allowed:
+				t.Errorf("denied: %s", d.Message())
+			case tt.want != "" && d.Allowed:
+				t.Errorf("allowed, want a denial with %q", tt.want)
+			case tt.want != "" && !strings.Contains(d.Message(), tt.want):
+				t.Errorf("message %q does not contain %q", d.Message(), tt.want)
 			}
 		})
 	}

@@ -73,7 +73,7 @@ type Report struct {
 	Kept    []Decision
 }
 
-// CleanupOrphans is the agent's startup orphan test (SPEC §3.5). For each manifest
+// CleanupOrphans is the agent's startup orphan test (docs/design.md §3.5). For each manifest
 // (FilePattern) in dir it looks up the pool named in the file's sandbox-pool.io/pool-name
 // annotation:
 //   - the pool does not exist (a NotFound naming it, see PoolLookup), or exists with another UID than the

@@ -29,7 +29,7 @@ const header = "# Placeholder pod of a SandboxPool, written by placeholder-agent
 // ("4000m" as "4", "16384Mi" as "16Gi"; a quantity given without a binary suffix stays
 // decimal).
 //
-// The pod, in SPEC §2 and §3.5 terms:
+// The pod, in docs/design.md §2 and §3.5 terms:
 //   - metadata.name PodName(s.Piece) (kubelet appends "-" + the node name for the mirror
 //     pod), metadata.namespace s.Namespace or v1alpha1.DefaultPodNamespace;
 //   - labels sandbox-pool.io/class, /node and /pool-name (values through
@@ -42,7 +42,7 @@ const header = "# Placeholder pod of a SandboxPool, written by placeholder-agent
 //     enableServiceLinks and automountServiceAccountToken false (the pause container needs
 //     neither, and a mirror pod may not use a service account);
 //     terminationGracePeriodSeconds 0: the container is the pause image run by a shim with
-//     no process, there is nothing to drain, and a resize rebuilds the pod without waiting;
+//     no process, there is nothing to drain, and a replaced piece stops without waiting;
 //   - one container, ContainerName, running s.Image (imagePullPolicy IfNotPresent), with
 //     requests and limits both equal to s.Resources.
 //

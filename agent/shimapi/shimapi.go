@@ -1,6 +1,6 @@
 // Package shimapi is the agent side of the placeholder shim's API: the PlaceholderShim
 // TTRPC service defined in v1/shimapi.proto, served by the placeholder agent on a local
-// unix socket and called by containerd-shim-placeholder-v2 (SPEC §3.5, §3.6).
+// unix socket and called by containerd-shim-placeholder-v2 (docs/design.md §3.5, §3.6).
 //
 // The agent implements Service and serves it with Listen and Register; shimapitest has a
 // recording double for tests. docs/shim.md describes what each call means.

@@ -1,4 +1,4 @@
-// Command placeholder-agent is the SandboxPool node agent (SPEC §3.5): flags in, agent.Run
+// Command placeholder-agent is the SandboxPool node agent (docs/design.md §3.5): flags in, agent.Run
 // out. It runs on every node as a systemd service (deploy/node/placeholder-agent.service).
 package main
 

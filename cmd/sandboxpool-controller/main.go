@@ -1,4 +1,4 @@
-// Command sandboxpool-controller is the SandboxPool operator (SPEC §3.4): flags in, a
+// Command sandboxpool-controller is the SandboxPool operator (docs/design.md §3.4): flags in, a
 // controller-runtime manager with the class and pool controllers out. Run two or more
 // replicas; leader election keeps one active.
 package main

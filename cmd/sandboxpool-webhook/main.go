@@ -29,8 +29,8 @@ func main() {
 	flag.StringVar(&opts.HealthAddr, "health-addr", opts.HealthAddr, "listen address of /healthz and /readyz")
 	users := flag.String("controller-usernames", strings.Join(opts.ControllerUsernames, ","), "comma-separated usernames of the SandboxPool controller")
 	groups := flag.String("controller-groups", strings.Join(opts.ControllerGroups, ","), "comma-separated groups whose members act as the SandboxPool controller")
-	flag.StringVar(&opts.NodeSANamespace, "node-sa-namespace", opts.NodeSANamespace, "namespace of the per-node agent service accounts (empty, with --node-sa-prefix empty, trusts only system:node:<node>)")
-	flag.StringVar(&opts.NodeSAPrefix, "node-sa-prefix", opts.NodeSAPrefix, "name prefix of the per-node agent service accounts; the node name follows it")
+	opUsers := flag.String("operator-usernames", strings.Join(opts.OperatorUsernames, ","), "comma-separated usernames holding the sandbox-pool-operator role (they may change a pool's spec.override only)")
+	opGroups := flag.String("operator-groups", strings.Join(opts.OperatorGroups, ","), "comma-separated groups holding the sandbox-pool-operator role (they may change a pool's spec.override only)")
 	flag.StringVar(&opts.PolicyBundle, "policy-bundle", "", "OPA bundle (directory or .tar.gz) to use instead of the embedded policy")
 	flag.DurationVar(&opts.ShutdownDelay, "shutdown-delay", opts.ShutdownDelay, "how long to keep answering after SIGTERM (not ready, closing each connection after its answer) before shutting down: the time the cluster takes to stop sending requests to this replica")
 	zapOpts := zap.Options{}
@@ -42,6 +42,7 @@ func main() {
 		return
 	}
 	opts.ControllerUsernames, opts.ControllerGroups = list(*users), list(*groups)
+	opts.OperatorUsernames, opts.OperatorGroups = list(*opUsers), list(*opGroups)
 
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrllog.SetLogger(log)

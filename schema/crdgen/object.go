@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	"cuelang.org/go/cue"
+	"github.com/agentcube/sandboxpool/schema"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
 // attrName is the CUE attribute the generator reads (see schema/sandboxpool.cue).
-const attrName = "crd"
+const attrName = schema.Attribute
 
 // value builds the schema of any value. It understands exactly the constructs the CUE
 // files use and fails on anything else, so a new construct is never silently dropped.

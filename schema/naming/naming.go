@@ -1,6 +1,6 @@
 // Package naming derives the deterministic names of the objects the controller and the
 // agents create. The name of a node's pool is what makes "one pool per node" atomic: a second
-// create of the same name fails with AlreadyExists (SPEC §2).
+// create of the same name fails with AlreadyExists (docs/design.md §2).
 //
 // The rule itself lives in the CUE schema (#PoolName in schema/sandboxpool.cue); this
 // package restates it in Go for the hot path, and its tests prove the two agree.

@@ -12,7 +12,7 @@ const (
 	ResourceSandboxPools       = "sandboxpools"
 )
 
-// Labels and annotations on pools and placeholder pods (SPEC §2).
+// Labels and annotations on pools and placeholder pods (docs/design.md §2).
 const (
 	LabelPrefix = "sandbox-pool.io/"
 
@@ -33,7 +33,7 @@ const (
 	// AnnotationManifestHash is the SHA-256 of the rendered static pod manifest.
 	AnnotationManifestHash = LabelPrefix + "manifest-hash"
 	// AnnotationEverReady on a pool is set by the controller the first time the pool is
-	// Ready and never removed: the sticky EverReady of the phase table (SPEC §3.4), kept in
+	// Ready and never removed: the sticky EverReady of the phase table (docs/design.md §3.4), kept in
 	// metadata because the controller owns only phase and two conditions in status.
 	AnnotationEverReady = LabelPrefix + "ever-ready"
 )
@@ -42,7 +42,7 @@ const (
 // webhook Deployments, their service accounts and the controller's leader-election Lease.
 const DefaultSystemNamespace = "sandbox-pool-system"
 
-// Lease liveness (SPEC §3.4): each agent renews a coordination.k8s.io Lease named after its
+// Lease liveness (docs/design.md §3.4): each agent renews a coordination.k8s.io Lease named after its
 // pool, in a namespace of the operator's choosing (Leases are namespaced). The default is a
 // namespace of its own, like kube-node-lease: the agents' only Lease grant is a Role there
 // (deploy/rbac), so a node can renew pool Leases but not touch the controller's
@@ -53,9 +53,15 @@ const DefaultLeaseNamespace = "sandbox-pool-node-lease"
 // that renew the Leases where the NodeRestriction admission plugin forbids a node identity
 // any Lease but its own in kube-node-lease: the agent of node N renews with
 // system:serviceaccount:<lease namespace>:placeholder-agent-N (its --lease-kubeconfig).
+// The node admission policy (deploy/rbac/node-policy.yaml) lets it write N's pool's
+// Lease and nothing else.
 const LeaseServiceAccountPrefix = "placeholder-agent-"
 
-// The placeholder pod (SPEC §3.5): a static pod the node's placeholder-agent writes into
+// OperatorGroup is the group deploy/rbac binds the sandbox-pool-operator role to, and the
+// webhook's default --operator-groups: its members may change a pool's spec.override only.
+const OperatorGroup = "sandbox-pool:operators"
+
+// The placeholder pod (docs/design.md §3.5): a static pod the node's placeholder-agent writes into
 // kubelet's manifest directory. kubelet names its mirror pod PlaceholderPodName + "-" +
 // the node name; with one pool per node that name is unique.
 const (
@@ -67,37 +73,13 @@ const (
 	DefaultPodNamespace = DefaultSystemNamespace
 )
 
-// Server-side apply field managers: the two writers of SandboxPool status (SPEC §4).
+// Server-side apply field managers: the two writers of SandboxPool status (docs/design.md §4).
 const (
 	FieldManagerAgent      = "placeholder-agent"
 	FieldManagerController = "sandboxpool-controller"
 )
 
-// Condition types of SandboxPool (SPEC §3.4). The agent owns the first five, the
-// controller the last two.
-const (
-	ConditionPlaceholderPodReady     = "PlaceholderPodReady"
-	ConditionResourceSynced          = "ResourceSynced"
-	ConditionNodeCtlHealthy          = "NodeCtlHealthy"
-	ConditionResizeInProgress        = "ResizeInProgress"
-	ConditionResizeDeferred          = "ResizeDeferred"
-	ConditionPlaceholderAgentHealthy = "PlaceholderAgentHealthy"
-	ConditionNodeNotFound            = "NodeNotFound"
-)
-
-// ControllerConditions are the condition types only the controller may write.
-var ControllerConditions = []string{ConditionPlaceholderAgentHealthy, ConditionNodeNotFound}
-
-// Condition types of SandboxPoolClass.
-const (
-	// ConditionNodeConflict is True when another class already owns a selected node.
-	ConditionNodeConflict = "NodeConflict"
-	// ConditionPoolsSynced is True when every selected node has a pool with the class's
-	// current policy snapshot.
-	ConditionPoolsSynced = "PoolsSynced"
-)
-
-// Finalizers (SPEC §2: both kinds use finalizers for ordered deletion).
+// Finalizers (docs/design.md §2: both kinds use finalizers for ordered deletion).
 const (
 	// FinalizerClassPools keeps a class until the controller has deleted all its pools.
 	FinalizerClassPools = GroupName + "/pools"
@@ -109,12 +91,55 @@ const (
 // SandboxPoolPhase is the aggregated phase of a pool.
 type SandboxPoolPhase string
 
-// Phases of a pool (SPEC §3.4).
+// Phases of a pool (docs/design.md §3.4).
 const (
 	PhasePending  SandboxPoolPhase = "Pending"
 	PhaseReady    SandboxPoolPhase = "Ready"
 	PhaseDegraded SandboxPoolPhase = "Degraded"
 	PhaseUnready  SandboxPoolPhase = "Unready"
+)
+
+// PhaseReason says which row of the phase table (package operator/phase) gave a pool its
+// phase.
+type PhaseReason string
+
+func (r PhaseReason) String() string { return string(r) }
+
+// Reasons of a pool's phase, one per row of the table; rules 2 to 4 share
+// PhaseReasonAgentLeaseExpired.
+const (
+	// PhaseReasonNodeNotFound: the pool's node does not exist (rule 1).
+	PhaseReasonNodeNotFound PhaseReason = "NodeNotFound"
+	// PhaseReasonAgentLeaseExpired: the node's placeholder-agent stopped renewing its Lease
+	// (rules 2, 3 and 4).
+	PhaseReasonAgentLeaseExpired PhaseReason = "AgentLeaseExpired"
+	// PhaseReasonNeverReady: the placeholder pod is not ready and the pool has never been
+	// Ready (rule 5).
+	PhaseReasonNeverReady PhaseReason = "NeverReady"
+	// PhaseReasonPodNotReady: the placeholder pod is no longer ready (rule 6).
+	PhaseReasonPodNotReady PhaseReason = "PodNotReady"
+	// PhaseReasonNodeCtlDown: node-ctl is down, for less than the controller's
+	// --nodectl-unready-after (rule 7).
+	PhaseReasonNodeCtlDown PhaseReason = "NodeCtlDown"
+	// PhaseReasonNodeCtlDownTooLong: node-ctl has been down for --nodectl-unready-after or
+	// longer (rule 8).
+	PhaseReasonNodeCtlDownTooLong PhaseReason = "NodeCtlDownTooLong"
+	// PhaseReasonResourceNotSynced: node-ctl or the placeholder pods do not run the pool's
+	// resources, and no resize in progress or deferred explains it (rule 9).
+	PhaseReasonResourceNotSynced PhaseReason = "ResourceNotSynced"
+	// PhaseReasonAllHealthy: nothing is wrong (rule 10).
+	PhaseReasonAllHealthy PhaseReason = "AllHealthy"
+)
+
+// OverrideSource is status.override.source: where the policy the agent applies comes from.
+type OverrideSource string
+
+// Sources of the applied policy.
+const (
+	// OverrideSourceClass: the class snapshot (spec.resourcePolicy); the override is disabled.
+	OverrideSourceClass OverrideSource = "Class"
+	// OverrideSourceOverride: the override (spec.override.resourcePolicy).
+	OverrideSourceOverride OverrideSource = "Override"
 )
 
 // ResizeState is the state of a resize in status.resize.status.

@@ -1,5 +1,5 @@
 // Package task is the placeholder shim's task service: containerd's Task API (v3) with
-// every task synthetic (SPEC §3.6). There is no process and no cgroup: a task is a state
+// every task synthetic (docs/design.md §3.6). There is no process and no cgroup: a task is a state
 // (created → running → stopped) with pid 0, the lifecycle events containerd and CRI expect,
 // and notifications to the placeholder agent (agent/shimapi). docs/shim.md has the table.
 package task
@@ -40,7 +40,7 @@ var (
 )
 
 // ExitStatus is the status every placeholder task exits with, on Kill and on Shutdown
-// alike: there is no process whose status could be reported (SPEC §3.6).
+// alike: there is no process whose status could be reported (docs/design.md §3.6).
 const ExitStatus = 0
 
 // flushTimeout bounds the wait for the last exit events to reach containerd on shutdown;

@@ -17,11 +17,7 @@ import (
 )
 
 // Identities, as deploy/rbac binds them.
-const (
-	controllerUser   = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
-	agentSANamespace = "sandbox-pool-system"
-	agentSAPrefix    = "placeholder-agent-"
-)
+const controllerUser = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
 
 var poolsGVR = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Resource: v1alpha1.ResourceSandboxPools}
 
@@ -99,7 +95,7 @@ func cond(typ, status string) map[string]any { return framework.Condition(typ, s
 func agentStatus() map[string]any {
 	return map[string]any{
 		"poolInfo":   map[string]any{"zone": "zone-a", "allocatableMemoryBytes": int64(4294967296)},
-		"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady, "True")},
+		"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "True")},
 	}
 }
 
@@ -152,9 +148,9 @@ func TestNodeCannotWriteControllerFields(t *testing.T) {
 		applyStatus(nodeC, poolName("node-c"), v1alpha1.FieldManagerAgent, withPhase, false), "status.phase")
 
 	withCond := agentStatus()
-	withCond["conditions"] = append(withCond["conditions"].([]any), cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True"))
+	withCond["conditions"] = append(withCond["conditions"].([]any), cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True"))
 	wantForbidden(t, "node writing PlaceholderAgentHealthy",
-		applyStatus(nodeC, poolName("node-c"), v1alpha1.FieldManagerAgent, withCond, false), v1alpha1.ConditionPlaceholderAgentHealthy)
+		applyStatus(nodeC, poolName("node-c"), v1alpha1.FieldManagerAgent, withCond, false), v1alpha1.ConditionPlaceholderAgentHealthy.String())
 }
 
 func TestControllerWritesOnlyItsFields(t *testing.T) {
@@ -166,7 +162,7 @@ func TestControllerWritesOnlyItsFields(t *testing.T) {
 	ctrl := controllerClient(t)
 	mine := map[string]any{
 		"phase":      string(v1alpha1.PhaseReady),
-		"conditions": []any{cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True"), cond(v1alpha1.ConditionNodeNotFound, "False")},
+		"conditions": []any{cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True"), cond(v1alpha1.ConditionNodeNotFound.String(), "False")},
 	}
 	if err := applyStatus(ctrl, poolName("node-d"), v1alpha1.FieldManagerController, mine, false); err != nil {
 		t.Fatalf("controller applying phase and its conditions: %v", err)
@@ -176,30 +172,30 @@ func TestControllerWritesOnlyItsFields(t *testing.T) {
 		mergeStatus(ctrl, poolName("node-d"), `{"status":{"poolInfo":{"zone":"forged"}}}`), "status.poolInfo")
 	wantForbidden(t, "controller rewriting placeholderPod",
 		mergeStatus(ctrl, poolName("node-d"), `{"status":{"placeholderPod":{"name":"forged"}}}`), "status.placeholderPod")
-	forced := map[string]any{"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady, "False")}}
+	forced := map[string]any{"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "False")}}
 	wantForbidden(t, "controller forcing the agent's condition",
-		applyStatus(ctrl, poolName("node-d"), v1alpha1.FieldManagerController, forced, true), v1alpha1.ConditionPlaceholderPodReady)
+		applyStatus(ctrl, poolName("node-d"), v1alpha1.FieldManagerController, forced, true), v1alpha1.ConditionPlaceholderPodReady.String())
 }
 
 func TestOthersCannotWriteStatus(t *testing.T) {
 	requireCluster(t)
 	createPool(t, "node-e", "c1")
 	// All are in system:nodes, so deploy/rbac gives them the agent role: only the webhook
-	// stands between them and node-e's status.
+	// stands between them and node-e's status. A service account named after node-e is not
+	// node-e: a node writes status as system:node:<node> only.
 	for _, who := range []struct {
 		name   string
 		groups []string
 	}{
 		{"alice", []string{"system:nodes"}},
-		{"system:serviceaccount:" + agentSANamespace + ":" + agentSAPrefix + "node-f", []string{"system:serviceaccounts", "system:nodes"}},
+		{"system:serviceaccount:sandbox-pool-system:placeholder-agent-node-e", []string{"system:serviceaccounts", "system:nodes"}},
+		{"system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix + "node-e", []string{"system:serviceaccounts", "system:nodes"}},
 		{"system:node:node-f", []string{"system:nodes"}},
 	} {
 		err := applyStatus(client(t, who.name, who.groups...), poolName("node-e"), v1alpha1.FieldManagerAgent, agentStatus(), false)
 		wantForbidden(t, who.name, err, who.name, poolName("node-e"))
 	}
-	// A per-node service account whose name encodes the node is the node.
-	sa := client(t, "system:serviceaccount:"+agentSANamespace+":"+agentSAPrefix+"node-e", "system:serviceaccounts", "system:nodes")
-	if err := applyStatus(sa, poolName("node-e"), v1alpha1.FieldManagerAgent, agentStatus(), false); err != nil {
-		t.Errorf("node-e's service account writing its pool: %v", err)
+	if err := applyStatus(nodeClient(t, "node-e"), poolName("node-e"), v1alpha1.FieldManagerAgent, agentStatus(), false); err != nil {
+		t.Errorf("node-e writing its pool: %v", err)
 	}
 }

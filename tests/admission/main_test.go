@@ -6,24 +6,19 @@ package admission
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
-	"time"
 
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 var (
-	suite      framework.Suite
-	cp         *framework.ControlPlane
-	healthAddr string
+	suite framework.Suite
+	cp    *framework.ControlPlane
 )
 
 func TestMain(m *testing.M) {
@@ -37,45 +32,10 @@ func setUp(ctx context.Context, c *framework.ControlPlane) error {
 	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
 		return err
 	}
-	wo := cp.WebhookOptions()
-	healthAddr = freeAddr()
-	opts := webhook.Options{
-		Addr:        net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)),
-		CertDir:     wo.LocalServingCertDir,
-		MetricsAddr: freeAddr(),
-		HealthAddr:  healthAddr,
-
+	return cp.StartWebhook(ctx, webhook.Options{
 		ControllerUsernames: []string{controllerUser},
-		NodeSANamespace:     agentSANamespace,
-		NodeSAPrefix:        agentSAPrefix,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- webhook.Run(ctx, cp.Config, opts, zap.New(zap.UseDevMode(false))) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-errc:
-			return fmt.Errorf("webhook exited: %w", err)
-		default:
-		}
-		if resp, err := http.Get("http://" + healthAddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, bounded by the deadline
-	}
-	return fmt.Errorf("webhook not ready within 30s")
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+		OperatorGroups:      []string{v1alpha1.OperatorGroup},
+	}, zap.New(zap.UseDevMode(false)))
 }
 
 func requireCluster(t testing.TB) *framework.ControlPlane {

@@ -2,11 +2,13 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -14,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 // TestAgentLeaseCredentials runs hack/agent-lease-credentials.sh as an operator would and
@@ -52,7 +56,8 @@ func TestAgentLeaseCredentials(t *testing.T) {
 	if got := review.Status.UserInfo.Username; got != want {
 		t.Errorf("the kubeconfig authenticates as %q, want %q", got, want)
 	}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "placeholder-lease-node"}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "placeholder-lease-node"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("lease-node")}}
 	created, err := kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating the pool's Lease with the written credentials: %v", err)
@@ -63,6 +68,42 @@ func TestAgentLeaseCredentials(t *testing.T) {
 	for _, ns := range []string{v1alpha1.DefaultSystemNamespace, "kube-node-lease"} {
 		if _, err := kube.CoordinationV1().Leases(ns).Create(ctx, lease, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("creating a Lease in %s: %v, want Forbidden", ns, err)
+		}
+	}
+}
+
+// TestNodePolicyCheckCommands runs the check docs/operator-guide.md gives for the node
+// policy ("The node policy"): a server-side dry run of another node's pool Lease as a
+// node's Lease identity is refused by the policy, the node's own is accepted.
+func TestNodePolicyCheckCommands(t *testing.T) {
+	cp := suite.Require(t)
+	ctx := context.Background()
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
+		t.Fatal(err)
+	}
+	lease := func(name string) string {
+		return "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: " + name +
+			", namespace: " + v1alpha1.DefaultLeaseNamespace + "}\nspec: {holderIdentity: node-a}\n"
+	}
+	for i, as := range [][]string{
+		{"--as", "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix + "node-a"},
+		{"--as", "system:node:node-a", "--as-group", "system:nodes"},
+	} {
+		args := append([]string{"create", "--dry-run=server", "-f", "-"}, as...)
+		refused := func() (bool, string) {
+			_, stderr, err := cp.Kubectl(ctx, strings.NewReader(lease("placeholder-node-b")), args...)
+			return err != nil && strings.Contains(stderr, "ValidatingAdmissionPolicy 'sandbox-pool-node-lease'") &&
+				strings.Contains(stderr, "node node-a may write only the Lease of its own pool"), fmt.Sprint(err, stderr)
+		}
+		if i == 0 {
+			// A policy applied a moment ago reaches the API server's admission a moment later.
+			framework.Eventually(t, "the node policy refuses node-b's pool Lease to node-a", 30*time.Second, 100*time.Millisecond, refused)
+		} else if ok, answer := refused(); !ok {
+			t.Errorf("kubectl %v for node-b's pool Lease: %s; want the policy's refusal", args, answer)
+		}
+		out, stderr, err := cp.Kubectl(ctx, strings.NewReader(lease("placeholder-node-a")), args...)
+		if err != nil || !strings.Contains(out, "created (server dry run)") {
+			t.Errorf("kubectl %v for node-a's own pool Lease: %v, %s %s; want it accepted", args, err, out, stderr)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -219,9 +220,52 @@ func TestControllerDeployment(t *testing.T) {
 	if opts.LeaseNamespace != v1alpha1.DefaultLeaseNamespace {
 		t.Errorf("--lease-namespace %q, want %q (the namespace of the agents' Lease Role)", opts.LeaseNamespace, v1alpha1.DefaultLeaseNamespace)
 	}
+	// The leader-election Role names the Lease the controller elects with.
+	role := typed[rbacv1.Role](t, find(t, objs, "Role", "sandbox-pool-controller-leader-election"))
+	if role.Namespace != opts.LeaderElectionNamespace || !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.ResourceNames, opts.LeaderElectionID) && slices.Contains(r.Verbs, "update")
+	}) {
+		t.Errorf("Role %s/%s does not let the controller renew its leader-election Lease %s/%s: %+v",
+			role.Namespace, role.Name, opts.LeaderElectionNamespace, opts.LeaderElectionID, role.Rules)
+	}
 	checkPodSpec(t, d, port(t, opts.ProbeAddr), port(t, opts.MetricsAddr))
 	checkImage(t, d, oci.ControllerImage)
 	checkPDB(t, objs, d)
+}
+
+// TestNodePolicyNames: the node admission policy and its binding name the Lease namespace
+// and the Lease identities the agents and the controller use (schema/v1alpha1), and the
+// operator binding names the group the webhook holds to spec.override.
+func TestNodePolicyNames(t *testing.T) {
+	cp := suite.Require(t)
+	objs := build(t, cp, filepath.Join(cp.Root, "deploy"))
+	leasePolicy := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(t, objs, "ValidatingAdmissionPolicy", "sandbox-pool-node-lease"))
+	saPrefix := "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix
+	found := false
+	for _, v := range leasePolicy.Spec.Variables {
+		if v.Name == "leaseSAPrefix" {
+			found = v.Expression == "'"+saPrefix+"'"
+		}
+	}
+	if !found {
+		t.Errorf("the Lease policy's leaseSAPrefix is not '%s': %+v", saPrefix, leasePolicy.Spec.Variables)
+	}
+	binding := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, find(t, objs, "ValidatingAdmissionPolicyBinding", "sandbox-pool-node-lease"))
+	if sel := binding.Spec.MatchResources.NamespaceSelector; sel == nil || sel.MatchLabels[corev1.LabelMetadataName] != v1alpha1.DefaultLeaseNamespace {
+		t.Errorf("the Lease policy binding selects %+v, want the namespace %s", sel, v1alpha1.DefaultLeaseNamespace)
+	}
+	if !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("the Lease policy binding's actions are %v, want [Deny]", binding.Spec.ValidationActions)
+	}
+
+	op := typed[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", "sandbox-pool-operator"))
+	if len(op.Subjects) != 1 || op.Subjects[0].Kind != rbacv1.GroupKind || op.Subjects[0].Name != v1alpha1.OperatorGroup {
+		t.Errorf("the operator role is bound to %+v, want the group %s", op.Subjects, v1alpha1.OperatorGroup)
+	}
+	wh := typed[appsv1.Deployment](t, find(t, objs, "Deployment", webhookName))
+	if f := flagValues(t, wh.Spec.Template.Spec.Containers[0].Args); !slices.Contains(strings.Split(f["operator-groups"], ","), v1alpha1.OperatorGroup) {
+		t.Errorf("the webhook's --operator-groups=%s does not name %s", f["operator-groups"], v1alpha1.OperatorGroup)
+	}
 }
 
 // TestWebhookDeployment: the webhook's arguments are flags the real binary accepts (it

@@ -33,7 +33,7 @@ func TestNodeCtlKilled(t *testing.T) {
 	}
 	t0 := time.Now()
 	degraded := waitPhase(t, v1alpha1.PhaseDegraded, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse) && p.Status.NodeCtl != nil && p.Status.NodeCtl.DownSince != nil
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionFalse) && p.Status.NodeCtl != nil && p.Status.NodeCtl.DownSince != nil
 	})
 	unready := waitPhase(t, v1alpha1.PhaseUnready, 30*time.Second, nil) + degraded
 	unreadyAt := time.Now()
@@ -50,14 +50,14 @@ func TestNodeCtlKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil
 	})
 	t.Logf("node-ctl back → Ready in %s (down %s in all)", back.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 }
 
 // TestAgentStopped: the agent stops → its Lease is not renewed → after the TTL (shortened
 // to 4 s) the controller sets PlaceholderAgentHealthy=False and the phase drops to
-// Degraded (the pod still runs: SPEC §3.4 rule 4). The agent back → Ready.
+// Degraded (the pod still runs: docs/design.md §3.4 rule 4). The agent back → Ready.
 func TestAgentStopped(t *testing.T) {
 	s := requireStack(t)
 	ensureClass(t)
@@ -73,7 +73,7 @@ func TestAgentStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := waitPhase(t, v1alpha1.PhaseDegraded, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		c := condOf(p, v1alpha1.ConditionPlaceholderAgentHealthy)
+		c := condOf(p, v1alpha1.ConditionPlaceholderAgentHealthy.String())
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "LeaseExpired"
 	})
 	t.Logf("agent stopped → PlaceholderAgentHealthy=False (LeaseExpired), phase Degraded in %s (--lease-ttl %s)",
@@ -86,7 +86,7 @@ func TestAgentStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue)
+		return condIs(p, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue)
 	})
 	t.Logf("agent started → Ready in %s", back.Round(time.Millisecond))
 }
@@ -114,7 +114,7 @@ func TestNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	unready := waitPhase(t, v1alpha1.PhaseUnready, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue)
+		return condIs(p, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue)
 	})
 	t.Logf("node deleted → NodeNotFound=True, Unready in %s", unready.Round(time.Millisecond))
 
@@ -126,7 +126,7 @@ func TestNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := waitPhase(t, v1alpha1.PhaseReady, time.Minute, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse)
+		return condIs(p, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse)
 	})
 	// The mirror pod, created again if the garbage collector took it, once kubelet has
 	// reported its container.

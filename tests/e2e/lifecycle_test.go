@@ -55,7 +55,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 	waitSynced(t, lockCPU.String(), baseMemory, 2*time.Minute)
 	t.Logf("class applied → pool Ready and synced in %s", time.Since(t0).Round(time.Millisecond))
 
-	// The mirror pod: placeholder runtime, the pool's requests (= limits), SPEC §2 labels.
+	// The mirror pod: placeholder runtime, the pool's requests (= limits), docs/design.md §2 labels.
 	pod := mirrorPod(t)
 	c := pod.Spec.Containers[0]
 	if ptr.Deref(pod.Spec.RuntimeClassName, "") != "placeholder" || c.Resources.Requests.Cpu().Cmp(lockCPU) != 0 ||

@@ -131,8 +131,8 @@ func startStatusWriter(t *testing.T) *statusWriter {
 // write applies the agent's status of the writer's pool, with n in allocatedMemoryBytes.
 func (w *statusWriter) write(ctx context.Context, n int64) error {
 	now := metav1.Now()
-	cond := func(typ string) metav1.Condition {
-		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: "E2EWriter", Message: "written by the e2e status writer", LastTransitionTime: now}
+	cond := func(typ v1alpha1.ConditionType) metav1.Condition {
+		return metav1.Condition{Type: typ.String(), Status: metav1.ConditionTrue, Reason: "E2EWriter", Message: "written by the e2e status writer", LastTransitionTime: now}
 	}
 	st := v1alpha1.SandboxPoolStatus{
 		Conditions: []metav1.Condition{

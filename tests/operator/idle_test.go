@@ -104,20 +104,30 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	}
 }
 
-// renewForever renews every pool's Lease once a second until ctx ends and returns how many
-// renewals it sent.
+// renewForever renews every pool's Lease once a second, in the name of the pool's node as
+// its agent does, until ctx ends and returns how many renewals it sent.
 func renewForever(ctx context.Context, t *testing.T, c client.Client, pools []string) int {
+	holders := map[string]string{} // it runs in a goroutine of its own: no t.Fatal
+	for _, p := range pools {
+		var pool v1alpha1.SandboxPool
+		if err := c.Get(ctx, types.NamespacedName{Name: p}, &pool); err != nil {
+			t.Errorf("reading pool %s: %v", p, err)
+			return 0
+		}
+		holders[p] = pool.Spec.NodeName
+	}
 	sent := 0
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		for _, p := range pools {
+			node := holders[p]
 			now := metav1.NewMicroTime(time.Now())
 			l := coordinationv1.Lease{}
 			err := c.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: p}, &l)
 			if err != nil {
 				l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: p},
-					Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, RenewTime: &now}}
 				err = c.Create(ctx, &l)
 			} else {
 				l.Spec.RenewTime = &now

@@ -221,11 +221,13 @@ func phaseLag(t *testing.T, e *env, k int) []time.Duration {
 	now := metav1.NewMicroTime(time.Now())
 	var pools []string
 	for i := range k {
-		p := naming.PoolName(nodeName(i))
+		node := nodeName(i)
+		p := naming.PoolName(node)
 		pools = append(pools, p)
-		// A Lease valid for the whole measurement (the default TTL is 40 s).
+		// A Lease valid for the whole measurement (the default TTL is 40 s), held by the
+		// pool's node as its agent holds it.
 		if err := e.admin.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultLeaseNamespace, Name: p},
-			Spec: coordinationv1.LeaseSpec{RenewTime: &now}}); err != nil {
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, RenewTime: &now}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,7 +258,7 @@ func flipAndWait(t *testing.T, e *env, pool, status string, want v1alpha1.Sandbo
 	cond := func(typ string) map[string]any { return framework.Condition(typ, status, "Bench") }
 	ok := func(typ string) map[string]any { return framework.Condition(typ, "True", "Bench") }
 	patch := framework.PoolStatus(pool, map[string]any{"conditions": []any{
-		cond(v1alpha1.ConditionPlaceholderPodReady), ok(v1alpha1.ConditionNodeCtlHealthy), ok(v1alpha1.ConditionResourceSynced)}})
+		cond(v1alpha1.ConditionPlaceholderPodReady.String()), ok(v1alpha1.ConditionNodeCtlHealthy.String()), ok(v1alpha1.ConditionResourceSynced.String())}})
 	began := time.Now()
 	if err := e.admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
 		t.Fatal(err)

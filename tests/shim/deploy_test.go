@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The RuntimeClass is SPEC §2's, and its handler is the one the containerd drop-in
+// The RuntimeClass is docs/design.md §2's, and its handler is the one the containerd drop-in
 // configures for the placeholder runtime type. (The drop-in itself is what every
 // containerd in these tests runs with.)
 func TestRuntimeClassMatchesTheContainerdDropIn(t *testing.T) {

@@ -1,4 +1,4 @@
-// The placeholder agent's API for the placeholder shim (SPEC §3.5, §3.6).
+// The placeholder agent's API for the placeholder shim (docs/design.md §3.5, §3.6).
 //
 // containerd-shim-placeholder-v2 runs no process: it tells the placeholder agent on its node
 // what containerd asked of it, over TTRPC on a local unix socket the agent serves. The shim

@@ -1,10 +1,12 @@
 # METADATA
-# description: Admission rules of SandboxPoolClass (SPEC §3.2).
+# description: |
+#   Admission rules of SandboxPoolClass that no schema can state: transitions and who may
+#   change what. The shape of a class (resources, names, selectors) is the CUE schema's,
+#   which the webhook checks before this policy runs.
 package sandboxpool.admission.class
 
-import data.sandboxpool.lib.names
+import data.sandboxpool.lib.identity
 import data.sandboxpool.lib.request
-import data.sandboxpool.lib.resources
 import data.sandboxpool.lib.violation
 
 # spec.selector is immutable: a change would delete and create pools en masse, as with
@@ -16,30 +18,12 @@ deny contains violation.new("spec.selector", msg) if {
 	msg := "field is immutable; to change the node set relabel the nodes or recreate the class"
 }
 
-# Validity rules are ratcheted like the API server's CRD validation: an UPDATE is denied
-# only for violations the old object did not already have, so an object admitted under
-# older rules can still get its finalizers and labels edited.
-deny contains v if {
+# A class's spec is what cluster admins declare. The controller writes the class's
+# finalizer and its status, never the spec (its role may update classes for the finalizer).
+deny contains violation.new("spec", msg) if {
 	request.is_class
-	request.is_write
-	some v in violations(request.obj)
-	not v in old_violations
+	request.is_update
+	identity.is_controller(request.user)
+	object.get(request.obj, "spec", null) != object.get(request.old, "spec", null)
+	msg := sprintf("declared by cluster admins; the controller (caller %s) may change a class's finalizers and status only", [request.username])
 }
-
-old_violations := violations(request.old) if request.is_update
-
-else := set()
-
-# violations lists every validity rule obj breaks.
-violations(obj) := quota | runtime_class(obj) if {
-	quota := resources.violations(
-		object.get(obj, ["spec", "resourcePolicy", "resources"], null),
-		"spec.resourcePolicy.resources",
-	)
-}
-
-runtime_class(obj) := {violation.new("spec.placeholderPod.runtimeClassName", "must be a lower-case RFC 1123 subdomain")} if {
-	rc := object.get(obj, ["spec", "placeholderPod", "runtimeClassName"], null)
-	rc != null
-	not names.is_subdomain(rc)
-} else := set()

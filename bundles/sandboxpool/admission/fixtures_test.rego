@@ -5,8 +5,8 @@ package sandboxpool.admission.fixtures_test
 config := {
 	"controller_usernames": ["system:serviceaccount:sandbox-pool-system:sandboxpool-controller"],
 	"controller_groups": ["sandbox-pool:controllers"],
-	"node_service_account_namespace": "sandbox-pool-system",
-	"node_service_account_prefix": "placeholder-agent-",
+	"operator_usernames": [],
+	"operator_groups": ["sandbox-pool:operators"],
 }
 
 admin := {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
@@ -17,10 +17,13 @@ controller_by_group := {"username": "sandboxpool-controller-2", "groups": ["sand
 
 kubelet(node) := {"username": concat("", ["system:node:", node]), "groups": ["system:nodes", "system:authenticated"]}
 
-agent_sa(node) := {
-	"username": concat("", ["system:serviceaccount:sandbox-pool-system:placeholder-agent-", node]),
-	"groups": ["system:serviceaccounts", "system:serviceaccounts:sandbox-pool-system"],
+# lease_sa is a node's Lease identity: it renews the pool's Lease and writes nothing else.
+lease_sa(node) := {
+	"username": concat("", ["system:serviceaccount:sandbox-pool-node-lease:placeholder-agent-", node]),
+	"groups": ["system:serviceaccounts", "system:serviceaccounts:sandbox-pool-node-lease"],
 }
+
+operator := {"username": "olivia", "groups": ["sandbox-pool:operators", "system:authenticated"]}
 
 resources := {"cpu": "4", "memory": "8Gi"}
 

@@ -11,13 +11,14 @@ test_valid_requests_allowed if {
 }
 
 test_class_violations_reported if {
-	bad := json.patch(fx.class, [{"op": "replace", "path": "/spec/resourcePolicy/resources/cpu", "value": "0"}])
-	fx.fields(admission.deny) == {"spec.resourcePolicy.resources.cpu"} with input as fx.create_class(bad)
+	bad := json.patch(fx.class, [{"op": "replace", "path": "/spec/selector", "value": {}}])
+	fx.fields(admission.deny) == {"spec.selector"} with input as fx.update_class(fx.class, bad)
 }
 
 test_pool_violations_reported if {
-	bad := json.patch(fx.pool("node-a"), [{"op": "replace", "path": "/metadata/name", "value": "placeholder-node-b"}])
-	fx.fields(admission.deny) == {"metadata.name"} with input as fx.create_pool(bad)
+	bad := json.patch(fx.pool("node-a"), [{"op": "replace", "path": "/spec/nodeName", "value": "node-b"}])
+	fx.fields(admission.deny) == {"spec.nodeName"} with input as fx.update_pool(fx.admin, fx.pool("node-a"), bad)
+		with data.config as fx.config
 }
 
 test_status_violations_reported if {

@@ -1,11 +1,14 @@
 # METADATA
-# description: Admission rules of SandboxPool, main resource (SPEC §3.2).
+# description: |
+#   Admission rules of SandboxPool, main resource, that no schema can state: transitions,
+#   who may change which field, and the cluster's other pools. The shape of a pool (name,
+#   resources, override, endpoint) is the CUE schema's, which the webhook checks before
+#   this policy runs.
 package sandboxpool.admission.pool
 
 import data.sandboxpool.lib.identity
 import data.sandboxpool.lib.names
 import data.sandboxpool.lib.request
-import data.sandboxpool.lib.resources
 import data.sandboxpool.lib.violation
 
 # immutable are the spec fields set once by the controller.
@@ -21,8 +24,8 @@ deny contains violation.new(field, "field is immutable") if {
 	object.get(request.obj, path, null) != object.get(request.old, path, null)
 }
 
-# A node identity (kubelet or per-node agent service account) never updates a pool's
-# spec or metadata; it writes only the status subresource.
+# A node identity never updates a pool's spec or metadata; it writes only the status
+# subresource.
 deny contains {"field": "spec", "msg": msg} if {
 	request.is_pool
 	request.is_update
@@ -32,6 +35,75 @@ deny contains {"field": "spec", "msg": msg} if {
 		[request.name, request.username],
 	)
 }
+
+# The operator role exists to give one node an exception, spec.override. The rest of the
+# spec is the controller's snapshot of the class (a change would be written back, and the
+# placeholder pod rebuilt twice), and the metadata is the controller's too.
+deny contains violation.new(field, msg) if {
+	request.is_pool
+	request.is_update
+	identity.is_operator(request.user)
+	not identity.is_controller(request.user)
+	some field in changed_outside_override
+	msg := sprintf("the operator role may change spec.override only; %s may not change this field", [request.username])
+}
+
+# operator_metadata are the metadata fields a writer of the main resource can set, with
+# the value that stands for "none".
+operator_metadata := {"labels": {}, "annotations": {}, "finalizers": [], "ownerReferences": []}
+
+changed_outside_override contains sprintf("spec.%s", [key]) if {
+	new_spec := object.get(request.obj, "spec", {})
+	old_spec := object.get(request.old, "spec", {})
+	some key in (object.keys(new_spec) | object.keys(old_spec))
+	key != "override"
+	object.get(new_spec, key, null) != object.get(old_spec, key, null)
+}
+
+changed_outside_override contains sprintf("metadata.%s", [key]) if {
+	some key, none in operator_metadata
+	object.get(request.obj, ["metadata", key], none) != object.get(request.old, ["metadata", key], none)
+}
+
+# spec.override is the operators'; the controller, which keeps the rest of the spec in
+# step with the class, never changes it.
+deny contains violation.new("spec.override", msg) if {
+	request.is_pool
+	request.is_update
+	identity.is_controller(request.user)
+	object.get(request.obj, ["spec", "override"], null) != object.get(request.old, ["spec", "override"], null)
+	msg := sprintf("set by operators; the controller (caller %s) may not change it", [request.username])
+}
+
+# The controller's markers: it alone sets, changes or removes them. The ever-ready
+# annotation decides between Pending and Unready for a pool that does not serve; the class
+# and node labels are what `kubectl get -l` and the alerts select pools by.
+marker_annotations := {names.ever_ready}
+
+marker_labels := {names.class_label, names.node_label}
+
+deny contains violation.new(sprintf("metadata.annotations[%s]", [key]), marker_msg) if {
+	request.is_pool
+	request.is_write
+	not identity.is_controller(request.user)
+	some key in marker_annotations
+	object.get(request.obj, ["metadata", "annotations", key], null) != object.get(old_object, ["metadata", "annotations", key], null)
+}
+
+deny contains violation.new(sprintf("metadata.labels[%s]", [key]), marker_msg) if {
+	request.is_pool
+	request.is_update
+	not identity.is_controller(request.user)
+	some key in marker_labels
+	object.get(request.obj, ["metadata", "labels", key], null) != object.get(request.old, ["metadata", "labels", key], null)
+}
+
+marker_msg := sprintf("the controller's marker; %s may not set, change or remove it", [request.username])
+
+# old_object is the object before an UPDATE, and nothing before a CREATE.
+old_object := request.old if request.is_update
+
+else := {}
 
 # One class per node, defence in depth (not atomic: the deterministic name is): a CREATE
 # is denied when data.inventory already holds a pool of another class for the node.
@@ -57,83 +129,4 @@ pools_on_node(node) := object.get(data.inventory.nodes, node, {}) if {
 } else := {name: pool.class |
 	some name, pool in data.inventory.pools
 	pool.nodeName == node
-}
-
-# Validity rules, ratcheted as in class.rego.
-deny contains v if {
-	request.is_pool
-	request.is_write
-	some v in violations(request.obj)
-	not v in old_violations
-}
-
-old_violations := violations(request.old) if request.is_update
-
-else := set()
-
-# violations lists every validity rule obj breaks.
-violations(obj) := (((quota | node_name(obj)) | pool_name(obj)) | override(obj)) | endpoint(obj) if {
-	quota := resources.violations(
-		object.get(obj, ["spec", "resourcePolicy", "resources"], null),
-		"spec.resourcePolicy.resources",
-	)
-}
-
-node_name(obj) := {violation.new("spec.nodeName", "must be a lower-case RFC 1123 subdomain")} if {
-	not names.is_subdomain(object.get(obj, ["spec", "nodeName"], null))
-} else := set()
-
-# metadata.name must be the deterministic name of spec.nodeName.
-pool_name(obj) := {violation.new("metadata.name", msg)} if {
-	node := obj.spec.nodeName
-	is_string(node)
-	want := names.pool_name(node)
-	object.get(obj, ["metadata", "name"], "") != want
-	msg := sprintf("must be the pool name of spec.nodeName (%s)", [want])
-} else := set()
-
-# An enabled override says why (reason) and what to use instead (resourcePolicy).
-override(obj) := reason | policy if {
-	object.get(obj, ["spec", "override", "enabled"], false) == true
-	o := obj.spec.override
-	reason := override_reason(object.get(o, "reason", null))
-	policy := override_policy(object.get(o, "resourcePolicy", null))
-} else := set()
-
-override_reason(null) := {violation.new("spec.override.reason", "field is required but not present")}
-
-override_reason(r) := {violation.new("spec.override.reason", "must not be empty when spec.override.enabled is true")} if {
-	r != null
-	not non_blank(r)
-}
-
-override_reason(r) := set() if non_blank(r)
-
-non_blank(s) if {
-	is_string(s)
-	trim_space(s) != ""
-}
-
-override_policy(null) := {violation.new("spec.override.resourcePolicy", "field is required but not present")}
-
-override_policy(p) := resources.violations(
-	object.get(p, "resources", null),
-	"spec.override.resourcePolicy.resources",
-) if is_object(p)
-
-override_policy(p) := {violation.new("spec.override.resourcePolicy", "must be an object with resources")} if {
-	p != null
-	not is_object(p)
-}
-
-# node-ctl is reached over a local unix socket only.
-endpoint(obj) := {violation.new("spec.nodeCtl.endpoint", "must be a unix:// socket address")} if {
-	ep := object.get(obj, ["spec", "nodeCtl", "endpoint"], null)
-	ep != null
-	not unix_socket(ep)
-} else := set()
-
-unix_socket(ep) if {
-	is_string(ep)
-	regex.match(`^unix://.+`, ep)
 }

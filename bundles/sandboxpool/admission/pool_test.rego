@@ -10,147 +10,104 @@ inventory := {"pools": {
 	"placeholder-node-c": {"class": "default", "nodeName": "node-c"},
 }}
 
+deny(user, old, obj) := d if {
+	d := pool.deny with input as fx.update_pool(user, old, obj) with data.config as fx.config
+}
+
 test_valid_pool_allowed if {
-	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-a"))
+	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-a")) with data.config as fx.config
 }
 
-test_long_node_name_hashed_name_allowed if {
-	node := concat("", ["a" | some _ in numbers.range(1, 250)])
-	obj := patch(fx.pool(node), "/metadata/name", concat("", ["placeholder-", substring(node, 0, 232), "-3f3e35e0"]))
-	count(pool.deny) == 0 with input as fx.create_pool(obj)
-}
-
-test_wrong_name_denied if {
-	obj := patch(fx.pool("node-a"), "/metadata/name", "placeholder-node-b")
-	pool.deny == {{
-		"field": "metadata.name",
-		"msg": "metadata.name: must be the pool name of spec.nodeName (placeholder-node-a)",
-	}} with input as fx.create_pool(obj)
-}
-
-test_bad_node_name_denied if {
-	obj := patch(fx.pool("node-a"), "/spec/nodeName", "Node_A")
-	fx.fields(pool.deny) == {"spec.nodeName", "metadata.name"} with input as fx.create_pool(obj)
-}
-
-test_missing_node_name_denied if {
-	obj := json.remove(fx.pool("node-a"), ["spec/nodeName"])
-	fx.fields(pool.deny) == {"spec.nodeName"} with input as fx.create_pool(obj)
-}
-
-test_pool_resources_checked if {
-	obj := patch(fx.pool("node-a"), "/spec/resourcePolicy/resources", {"cpu": "4", "memory": "0", "hugepages-2Mi": "-2Mi"})
-	fx.fields(pool.deny) == {
-		"spec.resourcePolicy.resources.memory",
-		"spec.resourcePolicy.resources.hugepages-2Mi",
-	} with input as fx.create_pool(obj)
+# The shape of a pool is the schema's: the policy does not restate it.
+test_shape_left_to_the_schema if {
+	bad := patch(patch(fx.pool("node-a"), "/metadata/name", "wrong"), "/spec/nodeCtl", {"endpoint": "tcp://10.0.0.1:7070"})
+	count(pool.deny) == 0 with input as fx.create_pool(bad) with data.config as fx.config
 }
 
 override(o) := patch(fx.pool("node-a"), "/spec/override", o)
 
-test_override_valid_allowed if {
-	obj := override({"enabled": true, "reason": "OPS-1", "resourcePolicy": {"resources": {"cpu": "6", "memory": "12Gi"}}})
-	count(pool.deny) == 0 with input as fx.create_pool(obj)
-}
-
-test_override_disabled_not_checked if {
-	count(pool.deny) == 0 with input as fx.create_pool(override({"enabled": false}))
-	count(pool.deny) == 0 with input as fx.create_pool(override({"reason": ""}))
-}
-
-test_override_without_reason_denied if {
-	obj := override({"enabled": true, "resourcePolicy": {"resources": {"cpu": "6", "memory": "12Gi"}}})
-	pool.deny == {{
-		"field": "spec.override.reason",
-		"msg": "spec.override.reason: field is required but not present",
-	}} with input as fx.create_pool(obj)
-}
-
-test_override_blank_reason_denied if {
-	every reason in ["", "  ", 3] {
-		obj := override({"enabled": true, "reason": reason, "resourcePolicy": {"resources": {"cpu": "6", "memory": "12Gi"}}})
-		pool.deny == {{
-			"field": "spec.override.reason",
-			"msg": "spec.override.reason: must not be empty when spec.override.enabled is true",
-		}} with input as fx.create_pool(obj)
-	}
-}
-
-test_override_without_policy_denied if {
-	pool.deny == {{
-		"field": "spec.override.resourcePolicy",
-		"msg": "spec.override.resourcePolicy: field is required but not present",
-	}} with input as fx.create_pool(override({"enabled": true, "reason": "OPS-1"}))
-}
-
-test_override_policy_not_an_object_denied if {
-	obj := override({"enabled": true, "reason": "OPS-1", "resourcePolicy": "big"})
-	fx.fields(pool.deny) == {"spec.override.resourcePolicy"} with input as fx.create_pool(obj)
-}
-
-test_override_policy_without_resources_denied if {
-	obj := override({"enabled": true, "reason": "OPS-1", "resourcePolicy": {}})
-	fx.fields(pool.deny) == {"spec.override.resourcePolicy.resources"} with input as fx.create_pool(obj)
-}
-
-test_override_bad_resources_denied if {
-	obj := override({"enabled": true, "reason": "OPS-1", "resourcePolicy": {"resources": {"cpu": "0"}}})
-	fx.fields(pool.deny) == {
-		"spec.override.resourcePolicy.resources.cpu",
-		"spec.override.resourcePolicy.resources.memory",
-	} with input as fx.create_pool(obj)
-}
-
-test_endpoint_unix_allowed if {
-	count(pool.deny) == 0 with input as fx.create_pool(patch(fx.pool("node-a"), "/spec/nodeCtl", {"endpoint": "unix:///run/node-ctl.sock"}))
-	count(pool.deny) == 0 with input as fx.create_pool(patch(fx.pool("node-a"), "/spec/nodeCtl", {}))
-}
-
-test_endpoint_not_unix_denied if {
-	every ep in ["tcp://10.0.0.1:7070", "unix://", "/run/node-ctl.sock", 7070] {
-		pool.deny == {{
-			"field": "spec.nodeCtl.endpoint",
-			"msg": "spec.nodeCtl.endpoint: must be a unix:// socket address",
-		}} with input as fx.create_pool(patch(fx.pool("node-a"), "/spec/nodeCtl", {"endpoint": ep}))
-	}
-}
+enabled := override({"enabled": true, "reason": "OPS-1", "resourcePolicy": {"resources": {"cpu": "6", "memory": "12Gi"}}})
 
 test_immutable_fields_denied if {
 	old := fx.pool("node-a")
 	obj := patch(patch(old, "/spec/nodeName", "node-b"), "/spec/classRef/name", "gold")
-	fx.fields(pool.deny) == {"spec.nodeName", "spec.classRef.name", "metadata.name"} with input as fx.update_pool(fx.controller, old, obj)
+	fx.fields(deny(fx.admin, old, obj)) == {"spec.nodeName", "spec.classRef.name"}
 }
 
 test_immutable_field_message if {
 	old := fx.pool("node-a")
 	obj := patch(old, "/spec/classRef/name", "gold")
-	pool.deny == {{"field": "spec.classRef.name", "msg": "spec.classRef.name: field is immutable"}} with input as fx.update_pool(fx.controller, old, obj)
-}
-
-test_controller_and_operator_updates_allowed if {
-	old := fx.pool("node-a")
-	obj := override({"enabled": true, "reason": "OPS-1", "resourcePolicy": {"resources": {"cpu": "6", "memory": "12Gi"}}})
-	count(pool.deny) == 0 with input as fx.update_pool(fx.admin, old, obj)
-	count(pool.deny) == 0 with input as fx.update_pool(fx.controller, old, old)
-}
-
-test_update_ratchets_existing_violations if {
-	old := patch(fx.pool("node-a"), "/spec/nodeCtl", {"endpoint": "tcp://10.0.0.1:7070"})
-	obj := patch(old, "/metadata/finalizers", [])
-	count(pool.deny) == 0 with input as fx.update_pool(fx.controller, old, obj)
+	deny(fx.admin, old, obj) == {{"field": "spec.classRef.name", "msg": "spec.classRef.name: field is immutable"}}
 }
 
 test_node_update_of_spec_denied if {
 	old := fx.pool("node-a")
 	obj := patch(old, "/spec/resourcePolicy/resources/cpu", "64")
-	pool.deny == {{
+	deny(fx.kubelet("node-a"), old, obj) == {{
 		"field": "spec",
 		"msg": "spec: pool placeholder-node-a may not be modified by node identity system:node:node-a; nodes may only write the status subresource",
-	}} with input as fx.update_pool(fx.kubelet("node-a"), old, obj)
-		with data.config as fx.config
-	fx.fields(pool.deny) == {"spec"} with input as fx.update_pool(fx.agent_sa("node-a"), old, obj)
-		with data.config as fx.config
+	}}
+	fx.fields(deny({"username": "alice", "groups": ["system:nodes"]}, old, obj)) == {"spec"}
 }
+
+test_operator_edits_override if {
+	count(deny(fx.operator, fx.pool("node-a"), enabled)) == 0
+	count(deny(fx.operator, enabled, fx.pool("node-a"))) == 0
+}
+
+test_operator_limited_to_override if {
+	old := fx.pool("node-a")
+	snapshot := patch(enabled, "/spec/resourcePolicy/resources/cpu", "64")
+	deny(fx.operator, old, snapshot) == {{
+		"field": "spec.resourcePolicy",
+		"msg": "spec.resourcePolicy: the operator role may change spec.override only; olivia may not change this field",
+	}}
+	fx.fields(deny(fx.operator, old, patch(old, "/spec/nodeCtl", {"endpoint": "unix:///x.sock"}))) == {"spec.nodeCtl"}
+	fx.fields(deny(fx.operator, old, patch(old, "/metadata/labels", {"team": "a"}))) == {"metadata.labels"}
+	fx.fields(deny(fx.operator, old, patch(old, "/metadata/annotations", {"note": "a"}))) == {"metadata.annotations"}
+	fx.fields(deny(fx.operator, patch(old, "/metadata/finalizers", ["x"]), old)) == {"metadata.finalizers"}
+	fx.fields(deny(fx.operator, old, patch(old, "/metadata/ownerReferences", [{"name": "x"}]))) == {"metadata.ownerReferences"}
+}
+
+test_admin_not_limited if {
+	old := fx.pool("node-a")
+	count(deny(fx.admin, old, patch(old, "/spec/resourcePolicy/resources/cpu", "64"))) == 0
+	count(deny(fx.admin, patch(old, "/metadata/finalizers", ["x"]), old)) == 0
+}
+
+test_controller_keeps_off_the_override if {
+	deny(fx.controller, fx.pool("node-a"), enabled) == {{
+		"field": "spec.override",
+		"msg": "spec.override: set by operators; the controller (caller system:serviceaccount:sandbox-pool-system:sandboxpool-controller) may not change it",
+	}}
+	resized := patch(enabled, "/spec/resourcePolicy/resources/cpu", "64")
+	count(deny(fx.controller, enabled, resized)) == 0
+}
+
+ever_ready(obj) := patch(obj, "/metadata/annotations", {"sandbox-pool.io/ever-ready": "true"})
+
+test_markers_are_the_controllers if {
+	old := fx.pool("node-a")
+	count(deny(fx.controller, old, ever_ready(old))) == 0
+	deny(fx.admin, old, ever_ready(old)) == {{
+		"field": "metadata.annotations[sandbox-pool.io/ever-ready]",
+		"msg": "metadata.annotations[sandbox-pool.io/ever-ready]: the controller's marker; kubernetes-admin may not set, change or remove it",
+	}}
+	fx.fields(deny(fx.admin, ever_ready(old), old)) == {"metadata.annotations[sandbox-pool.io/ever-ready]"}
+	relabelled := patch(old, "/metadata/labels", {"sandbox-pool.io/class": "gold", "sandbox-pool.io/node": "node-a"})
+	fx.fields(deny(fx.admin, old, relabelled)) == {"metadata.labels[sandbox-pool.io/class]", "metadata.labels[sandbox-pool.io/node]"}
+	count(deny(fx.controller, old, relabelled)) == 0
+}
+
+test_markers_on_create if {
+	forged := request_as(fx.admin, ever_ready(fx.pool("node-a")))
+	fx.fields(pool.deny) == {"metadata.annotations[sandbox-pool.io/ever-ready]"} with input as forged with data.config as fx.config
+	labelled := patch(fx.pool("node-a"), "/metadata/labels", {"sandbox-pool.io/class": "default"})
+	count(pool.deny) == 0 with input as request_as(fx.admin, labelled) with data.config as fx.config
+	count(pool.deny) == 0 with input as fx.create_pool(ever_ready(fx.pool("node-a"))) with data.config as fx.config
+}
+
+request_as(user, obj) := fx.request("sandboxpools", "", "CREATE", user, obj, null)
 
 test_inventory_conflict_denied if {
 	obj := patch(fx.pool("node-a"), "/spec/classRef/name", "silver")
@@ -159,14 +116,15 @@ test_inventory_conflict_denied if {
 		"msg": "spec.nodeName: node node-a already belongs to class gold (pool placeholder-node-a); class silver cannot also claim it",
 	}} with input as fx.create_pool(obj)
 		with data.inventory as inventory
+		with data.config as fx.config
 }
 
 test_inventory_same_class_or_other_node_allowed if {
 	obj := patch(fx.pool("node-a"), "/spec/classRef/name", "gold")
-	count(pool.deny) == 0 with input as fx.create_pool(obj) with data.inventory as inventory
-	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-b")) with data.inventory as inventory
-	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-c")) with data.inventory as inventory
-	count(pool.deny) == 0 with input as fx.create_pool(obj)
+	count(pool.deny) == 0 with input as fx.create_pool(obj) with data.inventory as inventory with data.config as fx.config
+	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-b")) with data.inventory as inventory with data.config as fx.config
+	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-c")) with data.inventory as inventory with data.config as fx.config
+	count(pool.deny) == 0 with input as fx.create_pool(obj) with data.config as fx.config
 }
 
 index := {
@@ -176,20 +134,20 @@ index := {
 
 test_inventory_index_used if {
 	obj := patch(fx.pool("node-a"), "/spec/classRef/name", "silver")
-	fx.fields(pool.deny) == {"spec.nodeName"} with input as fx.create_pool(obj) with data.inventory as index
-	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-b")) with data.inventory as index
+	fx.fields(pool.deny) == {"spec.nodeName"} with input as fx.create_pool(obj) with data.inventory as index with data.config as fx.config
+	count(pool.deny) == 0 with input as fx.create_pool(fx.pool("node-b")) with data.inventory as index with data.config as fx.config
 
 	# The index is trusted over the pools when both are there.
-	count(pool.deny) == 0 with input as fx.create_pool(obj) with data.inventory as {"pools": inventory.pools, "nodes": {}}
+	count(pool.deny) == 0 with input as fx.create_pool(obj) with data.inventory as {"pools": inventory.pools, "nodes": {}} with data.config as fx.config
 }
 
 test_inventory_not_checked_on_update if {
 	old := patch(fx.pool("node-a"), "/spec/classRef/name", "silver")
-	count(pool.deny) == 0 with input as fx.update_pool(fx.controller, old, old) with data.inventory as inventory
+	count(pool.deny) == 0 with input as fx.update_pool(fx.controller, old, old) with data.inventory as inventory with data.config as fx.config
 }
 
 test_delete_and_status_not_checked if {
-	bad := patch(fx.pool("node-a"), "/metadata/name", "wrong")
+	bad := patch(fx.pool("node-a"), "/spec/nodeName", "other")
 	count(pool.deny) == 0 with input as fx.request("sandboxpools", "", "DELETE", fx.kubelet("node-a"), null, bad)
-	count(pool.deny) == 0 with input as fx.update_status(fx.kubelet("node-a"), bad, bad)
+	count(pool.deny) == 0 with input as fx.update_status(fx.kubelet("node-a"), fx.pool("node-a"), bad)
 }

@@ -1,21 +1,21 @@
 # METADATA
 # description: |
-#   Status scoping of SandboxPool (SPEC §3.2 and §4): who may write a pool's status
+#   Status scoping of SandboxPool (docs/design.md §3.2 and §4): who may write a pool's status
 #   subresource, and which fields each writer owns.
 package sandboxpool.admission.status
 
 import data.sandboxpool.lib.identity
+import data.sandboxpool.lib.names
 import data.sandboxpool.lib.request
 import data.sandboxpool.lib.violation
 
-# controller_fields are the status fields the controller owns besides its conditions;
-# every other status field (placeholderPod, placeholderAgent, override, resize, nodeCtl,
-# poolInfo, lastAppliedGeneration) belongs to the node's placeholder agent.
-controller_fields := {"phase"}
+# The controller owns names.controller_status_fields (phase) and
+# names.controller_conditions; every other status field (placeholderPod, placeholderAgent,
+# override, resize, nodeCtl, poolInfo, lastAppliedGeneration) and condition belongs to the
+# node's placeholder agent.
+controller_fields := names.controller_status_fields
 
-# controller_conditions are the condition types the controller owns; every other
-# condition type belongs to the agent.
-controller_conditions := {"PlaceholderAgentHealthy", "NodeNotFound"}
+controller_conditions := names.controller_conditions
 
 # applies is true for an UPDATE of sandboxpools/status (a PATCH arrives as an UPDATE).
 applies if {
@@ -115,3 +115,56 @@ deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if 
 		[node, request.username],
 	)
 }
+
+# Ownership. With server-side apply a writer that applies a field with its current value
+# becomes a co-owner of it without changing it, and the field's owner can then no longer
+# change it without forcing (which neither writer does): the agent could freeze the phase,
+# the controller the agent's fields. So neither may claim the other's fields under any
+# field manager but the other's. Claims that the stored object already records are left
+# alone (only new ones are refused).
+deny contains violation.new(field, msg) if {
+	applies
+	writer == "node"
+	some [manager, field] in new_claims
+	field_owner(field) == "controller"
+	manager != names.controller_field_manager
+	msg := sprintf("owned by the controller; node %s (caller %s) may not claim it (field manager %s)", [node, request.username, manager])
+}
+
+deny contains violation.new(field, msg) if {
+	applies
+	writer == "controller"
+	some [manager, field] in new_claims
+	field_owner(field) == "agent"
+	manager != names.agent_field_manager
+	msg := sprintf("owned by the placeholder agent of node %s; the controller (caller %s) may not claim it (field manager %s)", [node, request.username, manager])
+}
+
+new_claims := claims(request.obj) - claims(request.old)
+
+# claims are the [field manager, status field] pairs the object's managedFields record, the
+# fields named as in the violations above.
+claims(obj) := {[mf.manager, field] |
+	some mf in object.get(obj, ["metadata", "managedFields"], [])
+	fields := object.get(mf, ["fieldsV1", "f:status"], {})
+	is_object(fields)
+	some field in status_fields(fields)
+}
+
+status_fields(fields) := {sprintf("status.%s", [trim_prefix(key, "f:")]) |
+	some key, _ in fields
+	startswith(key, "f:")
+	key != "f:conditions"
+} | {sprintf("status.conditions[type=%s]", [t]) |
+	some key, _ in object.get(fields, "f:conditions", {})
+	startswith(key, "k:")
+	t := json.unmarshal(trim_prefix(key, "k:")).type
+}
+
+field_owner(field) := "controller" if {
+	some f in controller_fields
+	field == sprintf("status.%s", [f])
+} else := "controller" if {
+	some t in controller_conditions
+	field == sprintf("status.conditions[type=%s]", [t])
+} else := "agent"

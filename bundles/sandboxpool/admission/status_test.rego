@@ -26,7 +26,6 @@ deny(user, before, after) := d if {
 test_node_writes_own_fields_allowed if {
 	obj := set_status(set_status(agent_write, "poolInfo", {"zone": "z2"}), "resize", {"status": "InProgress", "requestedCpu": "8"})
 	count(deny(fx.kubelet("node-b"), old, obj)) == 0
-	count(deny(fx.agent_sa("node-b"), old, obj)) == 0
 }
 
 test_node_first_status_write_allowed if {
@@ -40,7 +39,7 @@ test_other_node_denied if {
 		"field": "status",
 		"msg": "status of pool placeholder-node-b may only be written by node node-b or the controller; caller system:node:node-a is neither",
 	}}
-	fx.fields(deny(fx.agent_sa("node-a"), old, agent_write)) == {"status"}
+	fx.fields(deny(fx.lease_sa("node-a"), old, agent_write)) == {"status"}
 }
 
 test_node_username_without_nodes_group_denied if {
@@ -53,10 +52,11 @@ test_anyone_else_denied if {
 	msgs == {"status of pool placeholder-node-b may only be written by node node-b or the controller; caller kubernetes-admin is neither"}
 }
 
-test_node_service_account_needs_config if {
-	d := status.deny with input as fx.update_status(fx.agent_sa("node-b"), old, agent_write)
-		with data.config as object.union(fx.config, {"node_service_account_prefix": ""})
-	fx.fields(d) == {"status"}
+# The node's Lease identity is not the node for status: one identity per job.
+test_lease_identity_denied if {
+	fx.fields(deny(fx.lease_sa("node-b"), old, agent_write)) == {"status"}
+	sa := {"username": "system:serviceaccount:sandbox-pool-system:placeholder-agent-node-b", "groups": ["system:serviceaccounts"]}
+	fx.fields(deny(sa, old, agent_write)) == {"status"}
 }
 
 test_node_may_not_change_phase if {
@@ -86,7 +86,7 @@ test_node_may_not_touch_controller_conditions if {
 		},
 	}
 	removed := conditions([fx.condition("PlaceholderPodReady", "True"), fx.condition("NodeCtlHealthy", "True")])
-	fx.fields(deny(fx.agent_sa("node-b"), old, removed)) == {"status.conditions[type=PlaceholderAgentHealthy]"}
+	fx.fields(deny(fx.kubelet("node-b"), old, removed)) == {"status.conditions[type=PlaceholderAgentHealthy]"}
 }
 
 controller_write := set_status(
@@ -159,4 +159,57 @@ test_node_taken_from_stored_object_only if {
 	before := json.remove(old, ["spec/nodeName"])
 	fx.fields(deny(fx.kubelet("node-b"), before, old)) == {"status"}
 	count(deny(fx.controller, before, old)) == 0
+}
+
+# managed(obj, entries) is obj with the managedFields entries [manager, fieldsV1 of status].
+managed(obj, entries) := json.patch(obj, [{"op": "add", "path": "/metadata/managedFields", "value": [
+{"manager": e[0], "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": e[1]}} |
+	some e in entries
+]}])
+
+agent_fields := {"f:poolInfo": {"f:zone": {}}, "f:conditions": {`k:{"type":"PlaceholderPodReady"}`: {".": {}, "f:status": {}}}}
+
+controller_fields := {"f:phase": {}, "f:conditions": {`k:{"type":"PlaceholderAgentHealthy"}`: {".": {}, "f:status": {}}}}
+
+stored := managed(old, [["placeholder-agent", agent_fields], ["sandboxpool-controller", controller_fields]])
+
+test_node_may_not_claim_controller_fields if {
+	claimed := managed(old, [
+		["placeholder-agent", object.union(agent_fields, {"f:phase": {}})],
+		["sandboxpool-controller", controller_fields],
+	])
+	deny(fx.kubelet("node-b"), stored, claimed) == {{
+		"field": "status.phase",
+		"msg": "status.phase: owned by the controller; node node-b (caller system:node:node-b) may not claim it (field manager placeholder-agent)",
+	}}
+	by_kubectl := managed(old, [
+		["placeholder-agent", agent_fields], ["sandboxpool-controller", controller_fields],
+		["kubectl", {"f:conditions": {`k:{"type":"NodeNotFound"}`: {}}}],
+	])
+	fx.fields(deny(fx.kubelet("node-b"), stored, by_kubectl)) == {"status.conditions[type=NodeNotFound]"}
+}
+
+test_existing_claims_and_own_manager_allowed if {
+	count(deny(fx.kubelet("node-b"), stored, stored)) == 0
+	as_controller := managed(old, [["placeholder-agent", agent_fields], ["sandboxpool-controller", object.union(controller_fields, {"f:poolInfo": {}})]])
+	count(deny(fx.kubelet("node-b"), stored, as_controller)) == 0
+	legacy := managed(old, [["placeholder-agent", object.union(agent_fields, {"f:phase": {}})], ["sandboxpool-controller", controller_fields]])
+	count(deny(fx.kubelet("node-b"), legacy, legacy)) == 0
+}
+
+test_controller_may_not_claim_agent_fields if {
+	claimed := managed(old, [
+		["placeholder-agent", agent_fields],
+		["sandboxpool-controller", object.union(controller_fields, {"f:poolInfo": {"f:zone": {}}, "f:conditions": {`k:{"type":"NodeCtlHealthy"}`: {}}})],
+	])
+	deny(fx.controller, stored, claimed) == {
+		{
+			"field": "status.poolInfo",
+			"msg": "status.poolInfo: owned by the placeholder agent of node node-b; the controller (caller system:serviceaccount:sandbox-pool-system:sandboxpool-controller) may not claim it (field manager sandboxpool-controller)",
+		},
+		{
+			"field": "status.conditions[type=NodeCtlHealthy]",
+			"msg": "status.conditions[type=NodeCtlHealthy]: owned by the placeholder agent of node node-b; the controller (caller system:serviceaccount:sandbox-pool-system:sandboxpool-controller) may not claim it (field manager sandboxpool-controller)",
+		},
+	}
 }

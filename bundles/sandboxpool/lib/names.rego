@@ -1,35 +1,29 @@
 # METADATA
-# description: Kubernetes object names and the deterministic pool name of a node.
+# description: |
+#   Names the policy shares with the Go code (package schema/v1alpha1, where they are
+#   declared). policy's TestRegoNamesMatchGo fails when the two differ.
 package sandboxpool.lib.names
 
-# max_subdomain_length is the longest DNS-1123 subdomain (an object name).
-max_subdomain_length := 253
+# controller_conditions are the condition types of a pool's status that the controller
+# owns (v1alpha1.ControllerConditions); every other condition type belongs to the agent.
+controller_conditions := {"PlaceholderAgentHealthy", "NodeNotFound"}
 
-subdomain_pattern := `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+# controller_status_fields are the status fields the controller owns besides its
+# conditions; every other status field belongs to the node's placeholder agent.
+controller_status_fields := {"phase"}
 
-# is_subdomain is true when s is a lower-case RFC 1123 subdomain.
-is_subdomain(s) if {
-	is_string(s)
-	count(s) <= max_subdomain_length
-	regex.match(subdomain_pattern, s)
-}
+# ever_ready is the controller's marker on a pool that has been Ready once
+# (v1alpha1.AnnotationEverReady): it makes a pool that stops serving Unready, not Pending.
+ever_ready := "sandbox-pool.io/ever-ready"
 
-pool_name_prefix := "placeholder-"
+# class_label and node_label are the labels the controller keeps on every pool
+# (v1alpha1.LabelClass, v1alpha1.LabelNode).
+class_label := "sandbox-pool.io/class"
 
-# Node names up to max_plain_node_name characters give placeholder-{nodeName}, at most 253.
-max_plain_node_name := 241
+node_label := "sandbox-pool.io/node"
 
-# Longer node names keep their first truncated_node_name characters, then "-" and the
-# first hash_length hex characters of SHA-256(nodeName): still 253 and deterministic.
-truncated_node_name := 232
+# controller_field_manager and agent_field_manager are the server-side apply field managers
+# of the two status writers (v1alpha1.FieldManagerController, v1alpha1.FieldManagerAgent).
+controller_field_manager := "sandboxpool-controller"
 
-hash_length := 8
-
-# pool_name is the only name the pool of node may have (SPEC §2).
-pool_name(node) := concat("", [pool_name_prefix, node]) if {
-	count(node) <= max_plain_node_name
-} else := sprintf("%s%s-%s", [
-	pool_name_prefix,
-	substring(node, 0, truncated_node_name),
-	substring(crypto.sha256(node), 0, hash_length),
-])
+agent_field_manager := "placeholder-agent"

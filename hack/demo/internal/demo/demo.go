@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/e2e/stack"
@@ -280,9 +279,9 @@ func summarize(state string) string {
 		return "no status yet"
 	}
 	good := map[string]string{
-		v1alpha1.ConditionPlaceholderPodReady: "True", v1alpha1.ConditionResourceSynced: "True",
-		v1alpha1.ConditionNodeCtlHealthy: "True", v1alpha1.ConditionPlaceholderAgentHealthy: "True",
-		v1alpha1.ConditionNodeNotFound: "False", v1alpha1.ConditionResizeInProgress: "False", v1alpha1.ConditionResizeDeferred: "False",
+		v1alpha1.ConditionPlaceholderPodReady.String(): "True", v1alpha1.ConditionResourceSynced.String(): "True",
+		v1alpha1.ConditionNodeCtlHealthy.String(): "True", v1alpha1.ConditionPlaceholderAgentHealthy.String(): "True",
+		v1alpha1.ConditionNodeNotFound.String(): "False", v1alpha1.ConditionResizeInProgress.String(): "False", v1alpha1.ConditionResizeDeferred.String(): "False",
 	}
 	phase, rest := fields[0], fields[1:]
 	if strings.Contains(phase, "=") {
@@ -323,19 +322,15 @@ func show(kubectl func(...string) (string, error), st stack.State, tools stack.T
 	}
 	fmt.Print(node)
 	pool := naming.PoolName(st.NodeName)
-	// The pool's placeholder pod and its manifest, by the names the agent gave them.
+	// The pool's placeholder pods, by the names the agent gave them.
 	mirror, _ := kubectl("-n", v1alpha1.DefaultPodNamespace, "get", "pods", "-l", v1alpha1.LabelPoolName+"="+naming.LabelValue(pool),
-		"-o", "jsonpath={.items[0].metadata.name}")
-	manifestFile := filepath.Join(st.ManifestDir, "sandbox-pool-"+pool+"_1.yaml")
-	if files, _ := manifest.Pieces(st.ManifestDir, pool); len(files) > 0 {
-		manifestFile = files[0].Path
-	}
+		"-o", "jsonpath={.items[*].metadata.name}")
 	fmt.Printf(`
 The controller and the webhook run as the Pods of their Deployments, applied with
   kubectl apply -k %[9]s
 (deploy/ with the self-signed certificate and the images of make images). Their logs are in
 %[10]s: kubelet serves no API here, so kubectl logs cannot reach them. The pool's cpu and
-memory are locked on %[1]s by a static pod kubelet admitted, %[11]s above (the
+memory are locked on %[1]s by the static pods kubelet admitted, %[11]s above (the
 placeholder runtime runs no process), and node-ctl enforces them on its cgroup. The node
 half was installed by deploy/node/install.sh.
 
@@ -345,20 +340,22 @@ Use the demo's cluster:
 
 Try next:
   kubectl patch spc demo --type=merge -p '{"spec":{"resourcePolicy":{"resources":{"memory":"384Mi"}}}}'
-                                          # resize: a placeholder pod for the growth first,
-                                          # then node-ctl
+                                          # resize: a placeholder pod for the growth, then
+                                          # node-ctl; the pods are then folded into one
+  kubectl patch spc demo --type=merge -p '{"spec":{"resourcePolicy":{"resources":{"cpu":"3"}}}}'
+                                          # more than the node has: deferred, the lock kept
   kubectl get sp %[4]s -o jsonpath='{.status.resize}'; echo
   curl -s --unix-socket %[5]s http://node-ctl/v1/state; echo
-  kubectl -n %[6]s delete pod %[11]s
-                                          # the mirror pod: kubelet recreates it on its next
-                                          # sync (10 s here; 1 min with kubelet's default)
-  rm %[7]s
-                                          # the manifest: the agent restores it at once
+  kubectl -n %[6]s delete pod -l sandbox-pool.io/node=%[1]s
+                                          # the mirror pods: kubelet recreates them on its
+                                          # next sync (10 s here; 1 min with kubelet's default)
+  rm %[7]s/sandbox-pool-%[4]s_*.yaml
+                                          # the manifests: the agent restores the lock at once
   kubectl -n %[6]s delete pod -l app.kubernetes.io/name=sandbox-pool-webhook --wait=false
                                           # the webhook's Pods: new ones take over, and no
                                           # pool write fails meanwhile
   kubectl delete spc demo                 # the pool, the pod and node-ctl's slice go
   make demo-down                          # stop everything (logs in %[8]s until then)
-`, st.NodeName, st.Kubeconfig, tools.Kubectl(), pool, st.NodeCtlSocket, v1alpha1.DefaultPodNamespace, manifestFile, st.LogDir,
+`, st.NodeName, st.Kubeconfig, tools.Kubectl(), pool, st.NodeCtlSocket, v1alpha1.DefaultPodNamespace, st.ManifestDir, st.LogDir,
 		st.InstallDir, st.PodLogDir, strings.TrimSpace(mirror))
 }
