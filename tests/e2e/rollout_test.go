@@ -204,7 +204,7 @@ func rollout(t *testing.T, name string, images map[string]string, writer *status
 		t.Errorf("rolling update %s: %d failed admissions: %v", name, n, by)
 	}
 	if ready.bad > 0 {
-		t.Errorf("rolling update %s: the node's pool left Ready: %d samples, longest %s", name, ready.bad, ready.gap)
+		t.Errorf("rolling update %s: the node's pool left Ready: %d samples, longest %s, first %s", name, ready.bad, ready.gap, ready.example)
 	}
 }
 
