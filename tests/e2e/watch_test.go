@@ -296,7 +296,7 @@ func (w *lockWatch) sampleReady() {
 		cancel()
 		at := time.Now()
 		w.mu.Lock()
-		w.views[viewReady].record(at, err == nil && p.Status.Phase == v1alpha1.PhaseReady, "phase "+string(p.Status.Phase))
+		w.views[viewReady].record(at, err == nil && p.Status.Phase == v1alpha1.PhaseReady, phaseOf(&p, at, err))
 		w.mu.Unlock()
 	}
 }
@@ -464,4 +464,17 @@ func smaller(a, b corev1.ResourceList) corev1.ResourceList {
 		out[r] = q
 	}
 	return out
+}
+
+// phaseOf says what a reading of the pool's phase found, with its conditions, for a
+// failure message.
+func phaseOf(p *v1alpha1.SandboxPool, at time.Time, err error) string {
+	if err != nil {
+		return at.Format("15:04:05.000") + ": " + err.Error()
+	}
+	var conds []string
+	for _, c := range p.Status.Conditions {
+		conds = append(conds, c.Type+"="+string(c.Status)+"("+c.Reason+")")
+	}
+	return at.Format("15:04:05.000") + ": phase " + string(p.Status.Phase) + " " + strings.Join(conds, " ")
 }
