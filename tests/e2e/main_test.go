@@ -82,6 +82,12 @@ func TestMain(m *testing.M) {
 	}
 	iptablesBefore := -1
 	if suite.unavailable == "" {
+		unlock, err := stack.LockMachine(logf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer unlock()
 		stack.CleanStale(filepath.Join("/tmp", dirPrefix+"*"), logf)
 		iptablesBefore, suite.err = stack.KubeIptablesLines()
 		if suite.err == nil {

@@ -85,6 +85,11 @@ func Serve(o Options) error {
 	logf := func(format string, args ...any) {
 		fmt.Printf("%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
+	unlock, err := stack.LockMachine(logf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	s, err := stack.Start(ctx, stack.Options{
 		Dir: o.Dir, NodeName: o.NodeName, NodeLabels: map[string]string{key: value}, Zone: "demo-zone-a",
 		Tools: stack.ToolsFromEnv(), Bin: bin, Images: images, Timers: stack.DefaultTimers(), NodeRestriction: o.NodeRestriction, Logf: logf,
