@@ -296,6 +296,12 @@ func planLock(in lockInput) lockPlan {
 		p.Synced = p.NodeCtl == nil && p.Add == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
 		return p
 	}
+	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
+		// Pieces removed a moment ago still count until kubelet has deleted their mirror
+		// pods; without them the node has room to replace the lock without a gap.
+		p.Waiting = "waiting for removed placeholder pods to leave the node: then the lock is replaced without a gap"
+		return p
+	}
 	p.Add = &newPiece{Number: in.NextPiece, Res: want}
 	if !in.Room.fits(want) {
 		for _, pc := range live {
@@ -361,6 +367,12 @@ type room struct {
 	FreePods int64
 	// Holders are the pods holding the most of each resource, largest first.
 	Holders map[corev1.ResourceName][]holder
+	// Leaving is what the pool's own pods hold that are no longer pieces of its lock (their
+	// manifests are removed): kubelet stops them and deletes their mirror pods, and the
+	// room is free once they are gone.
+	Leaving corev1.ResourceList
+	// LeavingPods counts those pods.
+	LeavingPods int64
 }
 
 type holder struct {
@@ -368,6 +380,17 @@ type holder struct {
 	Qty resource.Quantity
 	// Own: one of this pool's placeholder pods.
 	Own bool
+}
+
+// fitsOnceGone reports whether a pod requesting res fits the room the pool's leaving pods
+// free when they are gone.
+func (r *room) fitsOnceGone(res corev1.ResourceList) bool {
+	if r.LeavingPods == 0 {
+		return false
+	}
+	after := &room{Free: r.Free.DeepCopy(), FreePods: r.FreePods + r.LeavingPods}
+	addTo(after.Free, r.Leaving)
+	return after.fits(res)
 }
 
 // fits reports whether a pod requesting res fits the free room.

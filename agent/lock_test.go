@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func pc(n int, state pieceState, res corev1.ResourceList) piece {
@@ -264,11 +266,21 @@ type lockSim struct {
 	others      corev1.ResourceList // what other pods request
 	pieces      map[int]*simPiece
 	// stopping are removed pieces whose mirror pods the scheduler still counts.
-	stopping []corev1.ResourceList
-	applied  corev1.ResourceList
+	stopping []stoppingPiece
+	// linger is how many kubelet steps a removed piece's mirror pod outlives it by.
+	linger int
+	// swaps counts the plans that removed pieces before adding their replacement.
+	swaps   int
+	applied corev1.ResourceList
 	next     int
 	usage    int64
 	log      []string
+}
+
+type stoppingPiece struct {
+	res corev1.ResourceList
+	// steps is how many more kubelet steps its mirror pod stays.
+	steps int
 }
 
 type simPiece struct {
@@ -297,8 +309,8 @@ func (s *lockSim) kubeletLock() corev1.ResourceList {
 // schedulerLock is what the scheduler counts: the mirror pods, the stopping ones included.
 func (s *lockSim) schedulerLock() corev1.ResourceList {
 	out := s.kubeletLock()
-	for _, r := range s.stopping {
-		addTo(out, r)
+	for _, sp := range s.stopping {
+		addTo(out, sp.res)
 	}
 	return out
 }
@@ -312,7 +324,12 @@ func (s *lockSim) room() *room {
 			free[n] = resource.Quantity{}
 		}
 	}
-	return &room{Allocatable: s.allocatable, Free: free, FreePods: 100}
+	r := &room{Allocatable: s.allocatable, Free: free, FreePods: 100, Leaving: corev1.ResourceList{}}
+	for _, sp := range s.stopping {
+		addTo(r.Leaving, sp.res)
+		r.LeavingPods++
+	}
+	return r
 }
 
 // check fails the test if a count is below floor or below what node-ctl runs.
@@ -369,6 +386,7 @@ func (s *lockSim) resize(old, desired corev1.ResourceList, maxPasses int) lockPl
 			}
 		}
 		if p.RemoveFirst {
+			s.swaps++
 			// kubelet takes the removals and the new piece one after the other; nothing
 			// else is admitted between them (the file source's two updates are consecutive
 			// in kubelet's sync loop, which admits pods one at a time).
@@ -416,7 +434,7 @@ func (s *lockSim) remove(numbers []int) {
 	for _, n := range numbers {
 		if p, ok := s.pieces[n]; ok {
 			if p.state == pieceAdmitted || p.state == pieceRunning {
-				s.stopping = append(s.stopping, p.res)
+				s.stopping = append(s.stopping, stoppingPiece{res: p.res, steps: s.linger})
 			}
 			delete(s.pieces, n)
 		}
@@ -432,7 +450,14 @@ func (s *lockSim) kubelet() {
 		}
 	}
 	s.admit()
-	s.stopping = nil
+	var left []stoppingPiece
+	for _, sp := range s.stopping {
+		if sp.steps > 0 {
+			sp.steps--
+			left = append(left, sp)
+		}
+	}
+	s.stopping = left
 }
 
 // admit admits or rejects the pending pieces against kubelet's own count of the node.
@@ -501,6 +526,23 @@ func TestLockWalk(t *testing.T) {
 		s.resize(rl("1", "2Gi"), rl("500m", "2Gi"), 20)
 		s.converged(rl("500m", "2Gi"))
 	})
+	t.Run("scale-down right after a fold that took the room", func(t *testing.T) {
+		// The fold's replaced pieces are still mirror pods when the scale-down comes: the
+		// room for a replacement beside the folded piece is theirs, so the agent waits for
+		// them to go instead of swapping the lock.
+		s := newLockSim(t, rl("2", "8Gi"), rl("600m", "1Gi"), rl("500m", "128Mi"))
+		s.linger = 2
+		s.resize(rl("500m", "128Mi"), rl("700m", "192Mi"), 20)
+		s.converged(rl("700m", "192Mi"))
+		if len(s.pieces) != 1 || len(s.stopping) == 0 {
+			t.Fatalf("want the pieces folded and their mirror pods still there, got %s, %d stopping", s.describe(), len(s.stopping))
+		}
+		s.resize(rl("700m", "192Mi"), rl("500m", "128Mi"), 20)
+		s.converged(rl("500m", "128Mi"))
+		if s.swaps != 0 {
+			t.Errorf("the lock was swapped %d times; want a replacement beside it once the removed pieces are gone\n%s", s.swaps, strings.Join(s.log, "\n"))
+		}
+	})
 	t.Run("growth waits for room", func(t *testing.T) {
 		s := newLockSim(t, rl("2", "8Gi"), rl("1", "1Gi"), rl("500m", "1Gi"))
 		p := s.resize(rl("500m", "1Gi"), rl("1500m", "1Gi"), 20)
@@ -537,4 +579,34 @@ func TestLockWalk(t *testing.T) {
 		s.resize(rl("1", "4Gi"), rl("1", "2Gi"), 20)
 		s.converged(rl("1", "2Gi"))
 	})
+}
+
+func TestRoomOf(t *testing.T) {
+	node := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("10")}}}
+	pod := func(name, pool string, phase corev1.PodPhase, res corev1.ResourceList) corev1.Pod {
+		p := corev1.Pod{Status: corev1.PodStatus{Phase: phase}}
+		p.Namespace, p.Name = "ns", name
+		if pool != "" {
+			p.Labels = map[string]string{v1alpha1.LabelPoolName: pool}
+		}
+		p.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: res}}}
+		return p
+	}
+	r := roomOf(node, []corev1.Pod{
+		pod("piece-2", "pool", corev1.PodRunning, rl("700m", "192Mi")),
+		pod("piece-1", "pool", corev1.PodRunning, rl("500m", "128Mi")), // removed from the lock: leaving
+		pod("other-pool-1", "other", corev1.PodRunning, rl("100m", "64Mi")),
+		pod("app", "", corev1.PodRunning, rl("200m", "1Gi")),
+		pod("done", "", corev1.PodFailed, rl("1", "1Gi")), // finished: holds nothing
+	}, "pool", map[string]bool{"piece-2": true})
+	if cpu, mem := r.Free[corev1.ResourceCPU], r.Free[corev1.ResourceMemory]; cpu.Cmp(resource.MustParse("500m")) != 0 || mem.Cmp(resource.MustParse("6784Mi")) != 0 || r.FreePods != 6 {
+		t.Errorf("free %v, %d pods; want 500m, 6784Mi and 6 pods", r.Free, r.FreePods)
+	}
+	if !equalResources(r.Leaving, rl("500m", "128Mi")) || r.LeavingPods != 1 {
+		t.Errorf("leaving %v in %d pods; want the removed piece's 500m, 128Mi", r.Leaving, r.LeavingPods)
+	}
+	if r.fits(rl("700m", "192Mi")) || !r.fitsOnceGone(rl("700m", "192Mi")) || r.fitsOnceGone(rl("1100m", "0")) {
+		t.Errorf("a 700m piece must fit only once the removed piece is gone, an 1100m one not even then (room %+v)", r)
+	}
 }

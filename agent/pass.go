@@ -153,7 +153,7 @@ func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockIn
 	if !p.NeedRoom {
 		return p
 	}
-	r, err := a.roomOnNode(ctx, pool)
+	r, err := a.roomOnNode(ctx, pool, in.Pieces)
 	if err != nil {
 		// Without the room nothing that needs it moves; the pass is retried.
 		logf.FromContext(ctx).Error(err, "reading the node's room")

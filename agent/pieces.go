@@ -223,7 +223,7 @@ func eventTime(e *corev1.Event) time.Time {
 
 // roomOnNode reads the node's free room as the scheduler counts it, from the API server:
 // allocatable less the requests of every pod bound to the node that has not finished.
-func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool) (*room, error) {
+func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, pieces []piece) (*room, error) {
 	var node corev1.Node
 	if err := a.reader.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, &node); err != nil {
 		return nil, fmt.Errorf("reading node %s: %w", a.opts.NodeName, err)
@@ -232,13 +232,18 @@ func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool) (*ro
 	if err := a.reader.List(ctx, &pods, client.MatchingFields{"spec.nodeName": a.opts.NodeName}); err != nil {
 		return nil, fmt.Errorf("listing the pods of node %s: %w", a.opts.NodeName, err)
 	}
-	return roomOf(&node, pods.Items, naming.LabelValue(pool.Name)), nil
+	names := map[string]bool{}
+	for _, pc := range pieces {
+		names[a.mirrorName(pc.Number)] = true
+	}
+	return roomOf(&node, pods.Items, naming.LabelValue(pool.Name), names), nil
 }
 
-// roomOf computes the room from the node and its pods; poolLabel marks this pool's pods.
-func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string) *room {
+// roomOf computes the room from the node and its pods; poolLabel marks this pool's pods,
+// and pieces names the mirror pods of its lock's pieces (the others of its pods are leaving).
+func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string, pieces map[string]bool) *room {
 	r := &room{Allocatable: node.Status.Allocatable.DeepCopy(), Free: node.Status.Allocatable.DeepCopy(),
-		Holders: map[corev1.ResourceName][]holder{}}
+		Holders: map[corev1.ResourceName][]holder{}, Leaving: corev1.ResourceList{}}
 	maxPods := node.Status.Allocatable.Pods().Value()
 	count := int64(0)
 	for i := range pods {
@@ -249,6 +254,10 @@ func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string) *room {
 		count++
 		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
 		own := p.Labels[v1alpha1.LabelPoolName] == poolLabel && poolLabel != ""
+		if own && !pieces[p.Name] {
+			addTo(r.Leaving, req)
+			r.LeavingPods++
+		}
 		for name, q := range req {
 			f := r.Free[name]
 			f.Sub(q)
