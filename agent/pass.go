@@ -105,7 +105,7 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 		in.AllocatedMemory = ps.nc.State.AllocatedMemoryBytes
 	}
 	in.Backoff, in.LastRejection = a.rejectionBackoff(pool.Name)
-	plan := a.plan(ctx, pool, &in)
+	plan := a.plan(ctx, pool, &in, obs.broken)
 
 	if plan.NodeCtl != nil && ps.nc.Healthy {
 		st, err := a.applyNodeCtl(ctx, pool, plan.NodeCtl)
@@ -122,7 +122,7 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 				// Decide the pieces against what node-ctl now runs (the lock may follow a
 				// shrink).
 				in.Applied = ps.applied
-				plan = a.plan(ctx, pool, &in)
+				plan = a.plan(ctx, pool, &in, obs.broken)
 			}
 		}
 	} else if plan.NodeCtl != nil && ps.nc.Polled {
@@ -147,13 +147,19 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 	return ps, nil
 }
 
-// plan runs planLock, reading the node's room when the decision needs it.
-func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockInput) lockPlan {
+// plan runs planLock, reading the node's room when the decision needs it; broken are the
+// numbers of the pool's manifests that cannot be read, whose pods are not leaving on their
+// own.
+func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockInput, broken []int) lockPlan {
 	p := planLock(*in)
 	if !p.NeedRoom {
 		return p
 	}
-	r, err := a.roomOnNode(ctx, pool, in.Pieces)
+	numbers := slices.Clone(broken)
+	for _, pc := range in.Pieces {
+		numbers = append(numbers, pc.Number)
+	}
+	r, err := a.roomOnNode(ctx, pool, numbers)
 	if err != nil {
 		// Without the room nothing that needs it moves; the pass is retried.
 		logf.FromContext(ctx).Error(err, "reading the node's room")

@@ -222,8 +222,9 @@ func eventTime(e *corev1.Event) time.Time {
 }
 
 // roomOnNode reads the node's free room as the scheduler counts it, from the API server:
-// allocatable less the requests of every pod bound to the node that has not finished.
-func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, pieces []piece) (*room, error) {
+// allocatable less the requests of every pod bound to the node that has not finished;
+// pieces are the numbers of the pool's manifests (its other pods are leaving).
+func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, pieces []int) (*room, error) {
 	var node corev1.Node
 	if err := a.reader.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, &node); err != nil {
 		return nil, fmt.Errorf("reading node %s: %w", a.opts.NodeName, err)
@@ -233,8 +234,8 @@ func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, piec
 		return nil, fmt.Errorf("listing the pods of node %s: %w", a.opts.NodeName, err)
 	}
 	names := map[string]bool{}
-	for _, pc := range pieces {
-		names[a.mirrorName(pc.Number)] = true
+	for _, n := range pieces {
+		names[a.mirrorName(n)] = true
 	}
 	return roomOf(&node, pods.Items, naming.LabelValue(pool.Name), names), nil
 }
