@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -57,6 +58,9 @@ const requiredMissing = "field is required but not present"
 func (s *Schema) ValidateUpdate(kind Kind, old, obj []byte) error {
 	if !slices.Contains(Kinds, kind) {
 		return fmt.Errorf("unknown kind %q", kind)
+	}
+	if s.statusMembersValid(kind, old, obj) {
+		return nil
 	}
 	var o, n map[string]any
 	if err := json.Unmarshal(old, &o); err != nil {
@@ -370,4 +374,130 @@ func mapLists(v cue.Value, path []string, out map[string][]string, depth int) {
 	case cue.ListKind:
 		mapLists(v.LookupPath(cue.MakePath(cue.AnyIndex)), path, out, depth+1)
 	}
+}
+
+// statusMembersValid is the common update's fast path: it reports true when obj differs
+// from old in nothing but the metadata the API server writes and members of the status
+// that the layout evaluates apart (a status write), and every changed member is valid on
+// its own (each checked against its schema, the result cached by its content). Anything
+// else (a spec or metadata change, a violation, JSON it does not split) returns false,
+// and ValidateUpdate decides the update the long way, which gives the same answer for
+// the updates this one accepts.
+func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
+	l := s.layouts[kind]
+	if l.statusMembers == nil || !json.Valid(old) || !json.Valid(obj) {
+		return false
+	}
+	o, ok := members(old)
+	if !ok {
+		return false
+	}
+	n, ok := members(obj)
+	if !ok || len(o) != len(n) {
+		return false
+	}
+	oldBy := byKey(o)
+	var oldStatus, newStatus []byte
+	for _, m := range n {
+		ov, found := oldBy[m.key]
+		switch {
+		case !found:
+			return false
+		case m.key == string(PartStatus):
+			oldStatus, newStatus = ov, m.value
+		case m.key == string(PartMetadata):
+			if !sameMetadata(ov, m.value) {
+				return false
+			}
+		case !bytes.Equal(ov, m.value):
+			return false
+		}
+	}
+	if newStatus == nil {
+		return true
+	}
+	om, ok := members(oldStatus)
+	if !ok {
+		return false
+	}
+	nm, ok := members(newStatus)
+	if !ok {
+		return false
+	}
+	oldMembers := byKey(om)
+	var e *evaluator
+	defer func() {
+		if e != nil {
+			s.release(e)
+		}
+	}()
+	for _, m := range nm {
+		if !l.statusMembers[m.key] {
+			return false
+		}
+		if ov, found := oldMembers[m.key]; found && bytes.Equal(ov, m.value) {
+			continue
+		}
+		key := "validate\x00" + string(kind) + "\x00status." + m.key + "\x00" + string(m.value)
+		r, hit := s.cache.get(key)
+		if !hit {
+			if e == nil {
+				var err error
+				if e, err = s.acquire(); err != nil {
+					return false
+				}
+			}
+			expr, err := cuejson.Extract(string(PartStatus)+".json", m.value)
+			if err != nil {
+				return false
+			}
+			r = result{violations: check(e.members[kind][m.key].Unify(e.ctx.BuildExpr(expr)))}
+			s.cache.put(key, r)
+		}
+		if len(r.violations) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sameMetadata reports whether two metadata objects hold the same members, as written,
+// but for the ones the API server writes itself (serverMetadata).
+func sameMetadata(old, obj []byte) bool {
+	if bytes.Equal(old, obj) {
+		return true
+	}
+	o, ok := members(old)
+	if !ok {
+		return false
+	}
+	n, ok := members(obj)
+	if !ok {
+		return false
+	}
+	oldBy := byKey(o)
+	count := 0
+	for _, m := range n {
+		if slices.Contains(serverMetadata, m.key) {
+			continue
+		}
+		count++
+		if ov, found := oldBy[m.key]; !found || !bytes.Equal(ov, m.value) {
+			return false
+		}
+	}
+	for _, m := range o {
+		if !slices.Contains(serverMetadata, m.key) {
+			count--
+		}
+	}
+	return count == 0
+}
+
+func byKey(ms []member) map[string][]byte {
+	out := make(map[string][]byte, len(ms))
+	for _, m := range ms {
+		out[m.key] = m.value
+	}
+	return out
 }
