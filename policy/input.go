@@ -5,25 +5,69 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/valyala/fastjson"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // The policy's input is {"request": req} as the JSON an AdmissionReview carries, as an
 // ast.Value. Encoding the whole request and decoding it again through interface{} was a
-// third of a decision: the objects, which make up most of the request, already arrive as
-// JSON. So the request is encoded without its objects, and every part is parsed straight
-// into an ast.Value (fastjson's parser, no interface{} in between); the objects are parsed
-// from the bytes the API server sent. The value is the one ast.ValueFromReader gives for
-// the same JSON: its leaves are made by ast.InterfaceToValue, objects keep the last of
-// duplicate keys as encoding/json does, and JSON that fastjson would read differently from
-// encoding/json (invalid UTF-8, escaped surrogates) takes the slow path.
+// third of a decision, and most of the request is the two objects, which arrive as JSON
+// and mostly repeat: the stored object of one status write is the new object of the
+// previous one, and both hold the same spec, the same managedFields entries but one, the
+// same status members but one. So the request is encoded without its objects, every part
+// is parsed straight into ast terms, and the terms of larger objects and arrays are kept
+// by their JSON (subtrees): a subtree seen before is not converted again. The value is the
+// one ast.ValueFromReader gives for the same JSON: leaves are made as ast.InterfaceToValue
+// makes them, objects keep the last of duplicate keys as encoding/json does, escaped
+// strings are decoded by encoding/json, and JSON that is not valid UTF-8 takes the slow
+// path. ast values are immutable, so a kept term is shared by every input that holds it.
 
-var parsers fastjson.ParserPool
+// subtreeMin is the size from which an object's or array's term is kept.
+const subtreeMin = 128
+
+// subtreeBytes bounds the JSON of the kept subtrees (their terms take a few times more).
+const subtreeBytes = 4 << 20
+
+// subtrees keeps the terms of recent subtrees in two generations: a lookup that finds a
+// term in the older one moves it to the newer one, and when the newer one is full the
+// older one is dropped. So what recent requests used stays, at most twice the bound.
+var subtrees = struct {
+	sync.Mutex
+	cur, prev map[string]*ast.Term
+	size      int
+}{cur: map[string]*ast.Term{}}
+
+func subtree(raw []byte) (*ast.Term, bool) {
+	subtrees.Lock()
+	defer subtrees.Unlock()
+	if t, ok := subtrees.cur[string(raw)]; ok {
+		return t, true
+	}
+	if t, ok := subtrees.prev[string(raw)]; ok {
+		keepSubtree(raw, t)
+		return t, true
+	}
+	return nil, false
+}
+
+func putSubtree(raw []byte, t *ast.Term) {
+	subtrees.Lock()
+	defer subtrees.Unlock()
+	keepSubtree(raw, t)
+}
+
+// keepSubtree stores t in the newer generation; the caller holds the lock.
+func keepSubtree(raw []byte, t *ast.Term) {
+	if subtrees.size+len(raw) > subtreeBytes {
+		subtrees.prev, subtrees.cur, subtrees.size = subtrees.cur, map[string]*ast.Term{}, 0
+	}
+	subtrees.cur[string(raw)] = t
+	subtrees.size += len(raw)
+}
 
 // inputOf is {"request": req} as an ast.Value.
 func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
@@ -33,7 +77,7 @@ func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding admission request: %w", err)
 	}
-	v, err := valueOfJSON(raw)
+	v, err := parseJSON(raw, false) // the objects are inserted into it: never kept
 	if err != nil {
 		return nil, fmt.Errorf("decoding admission request: %w", err)
 	}
@@ -45,7 +89,11 @@ func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
 		key string
 		ext runtime.RawExtension
 	}{{"object", req.Object}, {"oldObject", req.OldObject}} {
-		v, err := valueOfExtension(o.ext)
+		raw, err := o.ext.MarshalJSON() // its raw JSON, else its object encoded, else null
+		if err != nil {
+			return nil, fmt.Errorf("encoding admission request: %s: %w", o.key, err)
+		}
+		v, err := valueOfJSON(raw)
 		if err != nil {
 			return nil, fmt.Errorf("decoding admission request: %s: %w", o.key, err)
 		}
@@ -54,63 +102,89 @@ func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
 	return ast.NewObject([2]*ast.Term{ast.InternedTerm("request"), ast.NewTerm(r)}), nil
 }
 
-// valueOfExtension is the value json.Marshal gives ext: its raw JSON, else its object
-// encoded, else null (RawExtension.MarshalJSON).
-func valueOfExtension(ext runtime.RawExtension) (ast.Value, error) {
-	raw, err := ext.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	return valueOfJSON(raw)
-}
-
 // valueOfJSON parses one JSON value into an ast.Value.
-func valueOfJSON(raw []byte) (ast.Value, error) {
+func valueOfJSON(raw []byte) (ast.Value, error) { return parseJSON(raw, true) }
+
+// parseJSON parses one JSON value into an ast.Value; keepTop says whether the value itself
+// may be kept as a subtree (its parts may be either way).
+func parseJSON(raw []byte, keepTop bool) (ast.Value, error) {
 	if !json.Valid(raw) {
 		return nil, errors.New("invalid JSON")
 	}
-	if !utf8.Valid(raw) || escapesSurrogate(raw) {
+	if !utf8.Valid(raw) {
 		return ast.ValueFromReader(bytes.NewReader(raw))
 	}
-	p := parsers.Get()
-	defer parsers.Put(p)
-	v, err := p.ParseBytes(raw)
-	if err != nil {
-		return nil, err
-	}
-	t, err := toTerm(v)
+	p := parser{raw: raw, skipKeep: !keepTop}
+	t, err := p.value()
 	if err != nil {
 		return nil, err
 	}
 	return t.Value, nil
 }
 
-// escapesSurrogate reports whether raw may hold a \u escape of a UTF-16 surrogate
-// (\uD800-\uDFFF), which fastjson and encoding/json decode differently when unpaired.
-func escapesSurrogate(raw []byte) bool {
-	for {
-		i := bytes.Index(raw, []byte(`\u`))
-		if i < 0 || i+3 >= len(raw) {
-			return false
-		}
-		if c, d := raw[i+2], raw[i+3]; (c == 'd' || c == 'D') && (d >= '8' && d <= '9' || d >= 'a' && d <= 'f' || d >= 'A' && d <= 'F') {
-			return true
-		}
-		raw = raw[i+2:]
+// parser reads valid JSON (json.Valid) into ast terms.
+type parser struct {
+	raw []byte
+	i   int
+	// skipKeep is true while the next object or array must not be kept.
+	skipKeep bool
+}
+
+func (p *parser) space() {
+	for p.i < len(p.raw) && (p.raw[p.i] == ' ' || p.raw[p.i] == '\t' || p.raw[p.i] == '\n' || p.raw[p.i] == '\r') {
+		p.i++
 	}
 }
 
-// toTerm is the term of a parsed JSON value, its leaves interned where OPA interns them.
-func toTerm(v *fastjson.Value) (*ast.Term, error) {
-	switch v.Type() {
-	case fastjson.TypeNull:
-		return ast.InternedNullTerm, nil
-	case fastjson.TypeTrue:
+func (p *parser) value() (*ast.Term, error) {
+	p.space()
+	if p.i >= len(p.raw) {
+		return nil, errors.New("unexpected end of JSON")
+	}
+	switch c := p.raw[p.i]; {
+	case c == '{' || c == '[':
+		start := p.i
+		end := skipComposite(p.raw, start)
+		keep := end-start >= subtreeMin && !p.skipKeep
+		p.skipKeep = false
+		if keep {
+			if t, ok := subtree(p.raw[start:end]); ok {
+				p.i = end
+				return t, nil
+			}
+		}
+		var t *ast.Term
+		var err error
+		if c == '{' {
+			t, err = p.object()
+		} else {
+			t, err = p.array()
+		}
+		if err == nil && keep {
+			putSubtree(p.raw[start:end], t)
+		}
+		return t, err
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return ast.InternedTerm(s), nil
+	case c == 't':
+		p.i += len("true")
 		return ast.InternedTerm(true), nil
-	case fastjson.TypeFalse:
+	case c == 'f':
+		p.i += len("false")
 		return ast.InternedTerm(false), nil
-	case fastjson.TypeNumber:
-		s := string(v.MarshalTo(nil))
+	case c == 'n':
+		p.i += len("null")
+		return ast.InternedNullTerm, nil
+	default:
+		start := p.i
+		for p.i < len(p.raw) && (p.raw[p.i] == '-' || p.raw[p.i] == '+' || p.raw[p.i] == '.' || p.raw[p.i] == 'e' || p.raw[p.i] == 'E' || p.raw[p.i] >= '0' && p.raw[p.i] <= '9') {
+			p.i++
+		}
+		s := string(p.raw[start:p.i])
 		if t := ast.InternedIntNumberTermFromString(s); t != nil {
 			return t, nil
 		}
@@ -119,33 +193,101 @@ func toTerm(v *fastjson.Value) (*ast.Term, error) {
 			return nil, err
 		}
 		return ast.NewTerm(n), nil
-	case fastjson.TypeString:
-		return ast.InternedTerm(string(v.GetStringBytes())), nil
-	case fastjson.TypeArray:
-		elems := v.GetArray()
-		terms := make([]*ast.Term, len(elems))
-		for i, e := range elems {
-			t, err := toTerm(e)
-			if err != nil {
-				return nil, err
-			}
-			terms[i] = t
-		}
-		return ast.NewTerm(ast.NewArray(terms...)), nil
-	case fastjson.TypeObject:
-		o := v.GetObject()
-		out := ast.NewObjectWithCapacity(o.Len())
-		var err error
-		o.Visit(func(key []byte, e *fastjson.Value) {
-			if err != nil {
-				return
-			}
-			var t *ast.Term
-			if t, err = toTerm(e); err == nil {
-				out.Insert(ast.InternedTerm(string(key)), t)
-			}
-		})
-		return ast.NewTerm(out), err
 	}
-	return nil, fmt.Errorf("unexpected JSON value of type %s", v.Type())
+}
+
+func (p *parser) object() (*ast.Term, error) {
+	p.i++ // {
+	obj := ast.NewObject()
+	for {
+		p.space()
+		if p.raw[p.i] == '}' {
+			p.i++
+			return ast.NewTerm(obj), nil
+		}
+		if p.raw[p.i] == ',' {
+			p.i++
+			p.space()
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.space()
+		p.i++ // :
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		obj.Insert(ast.InternedTerm(k), v)
+	}
+}
+
+func (p *parser) array() (*ast.Term, error) {
+	p.i++ // [
+	var elems []*ast.Term
+	for {
+		p.space()
+		if p.raw[p.i] == ']' {
+			p.i++
+			return ast.ArrayTerm(elems...), nil
+		}
+		if p.raw[p.i] == ',' {
+			p.i++
+		}
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		elems = append(elems, v)
+	}
+}
+
+// str reads a string; one with escapes is decoded by encoding/json.
+func (p *parser) str() (string, error) {
+	start := p.i
+	p.i = skipString(p.raw, start)
+	quoted := p.raw[start:p.i]
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return string(quoted[1 : len(quoted)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(quoted, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// skipComposite is the index just past the object or array that starts at raw[i].
+func skipComposite(raw []byte, i int) int {
+	depth := 0
+	for i < len(raw) {
+		switch raw[i] {
+		case '"':
+			i = skipString(raw, i)
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+		i++
+	}
+	return i
+}
+
+// skipString is the index just past the string that starts at raw[i].
+func skipString(raw []byte, i int) int {
+	for i++; i < len(raw); i++ {
+		switch raw[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
 }

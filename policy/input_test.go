@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -31,7 +32,8 @@ func slowInputOf(t *testing.T, req *admissionv1.AdmissionRequest) ast.Value {
 
 // TestInputOfMatchesEncodingJSON checks that the input built from the objects' own JSON
 // is the value encoding/json gives for the whole request, for objects that exercise what
-// the two parsers could read differently.
+// the two parsers could read differently, each twice (the second time from the kept
+// subtrees).
 func TestInputOfMatchesEncodingJSON(t *testing.T) {
 	objects := map[string]string{
 		"pool":              `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool","metadata":{"name":"placeholder-n","labels":{"a":"b"}},"spec":{"nodeName":"n","resourcePolicy":{"resources":{"cpu":"2","memory":4294967296}}}}`,
@@ -44,6 +46,7 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 		"whitespace":        " \n\t{ \"a\" : [ 1 , 2 ] }\n ",
 		"top-level array":   `[1,"two",{"three":3}]`,
 		"top-level literal": `"just a string"`,
+		"large subtrees":    `{"a":{"b":[1,2,{"c":"` + strings.Repeat("x", 150) + `"}],"d":{"e":[` + strings.Repeat(`"y",`, 60) + `"z"]}},"f":[[[` + strings.Repeat(`{"g":true},`, 20) + `null]]]}`,
 	}
 	for name, obj := range objects {
 		t.Run(name, func(t *testing.T) {
@@ -56,12 +59,14 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 				Object:    runtime.RawExtension{Raw: []byte(obj)},
 				OldObject: runtime.RawExtension{Raw: []byte(obj)},
 			}
-			got, err := inputOf(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := slowInputOf(t, req); got.Compare(want) != 0 {
-				t.Errorf("inputOf =\n%v\nwant\n%v", got, want)
+			for range 2 {
+				got, err := inputOf(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := slowInputOf(t, req); got.Compare(want) != 0 {
+					t.Errorf("inputOf =\n%v\nwant\n%v", got, want)
+				}
 			}
 		})
 	}
@@ -84,4 +89,40 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInputsShareOnlyWhatTheyHoldAlike checks that the kept subtrees are shared, never
+// changed: two requests with the same envelope and different objects keep their own
+// objects, and a kept object is not given the envelope's members.
+func TestInputsShareOnlyWhatTheyHoldAlike(t *testing.T) {
+	big := func(v string) string { return `{"spec":{"v":"` + v + `","pad":"` + strings.Repeat("p", 200) + `"}}` }
+	mk := func(obj string) *admissionv1.AdmissionRequest {
+		return &admissionv1.AdmissionRequest{UID: "same-uid", Operation: admissionv1.Update,
+			UserInfo:  authenticationv1.UserInfo{Username: strings.Repeat("u", 200)},
+			Object:    runtime.RawExtension{Raw: []byte(obj)},
+			OldObject: runtime.RawExtension{Raw: []byte(big("old"))}}
+	}
+	a, b := mk(big("a")), mk(big("b"))
+	inA, err := inputOf(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantA := slowInputOf(t, a)
+	inB, err := inputOf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inA.Compare(wantA) != 0 {
+		t.Errorf("the first input changed when the second was built:\n%v\nwant\n%v", inA, wantA)
+	}
+	if want := slowInputOf(t, b); inB.Compare(want) != 0 {
+		t.Errorf("second input =\n%v\nwant\n%v", inB, want)
+	}
+	kept, ok := subtree([]byte(big("old")))
+	if !ok {
+		t.Fatal("the old object is not kept")
+	}
+	if obj := kept.Value.(ast.Object); obj.Len() != 1 {
+		t.Errorf("the kept old object has %d members, want 1: %v", obj.Len(), obj)
+	}
 }
