@@ -11,6 +11,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
 )
 
 // The policy's input is {"request": req} as the JSON an AdmissionReview carries, as an
@@ -108,7 +110,7 @@ func valueOfJSON(raw []byte) (ast.Value, error) { return parseJSON(raw, true) }
 // parseJSON parses one JSON value into an ast.Value; keepTop says whether the value itself
 // may be kept as a subtree (its parts may be either way).
 func parseJSON(raw []byte, keepTop bool) (ast.Value, error) {
-	if !json.Valid(raw) {
+	if !jsonraw.Valid(raw) {
 		return nil, errors.New("invalid JSON")
 	}
 	if !utf8.Valid(raw) {
@@ -122,7 +124,7 @@ func parseJSON(raw []byte, keepTop bool) (ast.Value, error) {
 	return t.Value, nil
 }
 
-// parser reads valid JSON (json.Valid) into ast terms.
+// parser reads valid JSON (jsonraw.Valid) into ast terms.
 type parser struct {
 	raw []byte
 	i   int
@@ -144,7 +146,7 @@ func (p *parser) value() (*ast.Term, error) {
 	switch c := p.raw[p.i]; {
 	case c == '{' || c == '[':
 		start := p.i
-		end := skipComposite(p.raw, start)
+		end := jsonraw.SkipValue(p.raw, start)
 		keep := end-start >= subtreeMin && !p.skipKeep
 		p.skipKeep = false
 		if keep {
@@ -246,7 +248,7 @@ func (p *parser) array() (*ast.Term, error) {
 // str reads a string; one with escapes is decoded by encoding/json.
 func (p *parser) str() (string, error) {
 	start := p.i
-	p.i = skipString(p.raw, start)
+	p.i = jsonraw.SkipString(p.raw, start)
 	quoted := p.raw[start:p.i]
 	if bytes.IndexByte(quoted, '\\') < 0 {
 		return string(quoted[1 : len(quoted)-1]), nil
@@ -256,38 +258,4 @@ func (p *parser) str() (string, error) {
 		return "", err
 	}
 	return s, nil
-}
-
-// skipComposite is the index just past the object or array that starts at raw[i].
-func skipComposite(raw []byte, i int) int {
-	depth := 0
-	for i < len(raw) {
-		switch raw[i] {
-		case '"':
-			i = skipString(raw, i)
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		}
-		i++
-	}
-	return i
-}
-
-// skipString is the index just past the string that starts at raw[i].
-func skipString(raw []byte, i int) int {
-	for i++; i < len(raw); i++ {
-		switch raw[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
 }

@@ -1,12 +1,13 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 
 	"cuelang.org/go/cue"
 	cuejson "cuelang.org/go/encoding/json"
+
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
 )
 
 // Default evaluates an object in pieces when its kind's layout allows (layout.go): the
@@ -16,14 +17,6 @@ import (
 // results are joined into the JSON value Default gives for the whole object (members may
 // come in another order). When a piece breaks a rule the whole object is evaluated
 // instead, so a denial names exactly what it named before.
-
-// member is one member of a JSON object: its key as written (with its quotes) and decoded,
-// and its value as written.
-type member struct {
-	rawKey []byte
-	key    string
-	value  []byte
-}
 
 // piece is one part of an object that CUE evaluates on its own.
 type piece struct {
@@ -35,29 +28,29 @@ type piece struct {
 // not allow it (Default then evaluates the whole object, and reports what it finds).
 func (s *Schema) defaultPieces(kind Kind, obj []byte) (out []byte, ok bool, err error) {
 	l := s.layouts[kind]
-	if !l.statusApart && !l.metadataOpen || !json.Valid(obj) {
+	if !l.statusApart && !l.metadataOpen || !jsonraw.Valid(obj) {
 		return nil, false, nil
 	}
-	top, ok := members(obj)
+	top, ok := jsonraw.Members(obj)
 	if !ok {
 		return nil, false, nil
 	}
-	var main []member
-	var outside []member // metadata members outside the schema, copied to the result
+	var main []jsonraw.Member
+	var outside []jsonraw.Member // metadata members outside the schema, copied to the result
 	var status []byte
 	for _, m := range top {
 		switch {
-		case m.key == string(PartStatus) && l.statusApart:
-			status = m.value
-		case m.key == string(PartMetadata) && l.metadataOpen:
-			meta, ok := members(m.value)
+		case m.Key == string(PartStatus) && l.statusApart:
+			status = m.Value
+		case m.Key == string(PartMetadata) && l.metadataOpen:
+			meta, ok := jsonraw.Members(m.Value)
 			if !ok {
 				main = append(main, m)
 				continue
 			}
-			var kept []member
+			var kept []jsonraw.Member
 			for _, mm := range meta {
-				if l.outsideSchema(mm.key) {
+				if l.outsideSchema(mm.Key) {
 					outside = append(outside, mm)
 				} else {
 					kept = append(kept, mm)
@@ -66,19 +59,19 @@ func (s *Schema) defaultPieces(kind Kind, obj []byte) (out []byte, ok bool, err 
 			if outside == nil {
 				main = append(main, m)
 			} else {
-				main = append(main, member{rawKey: m.rawKey, key: m.key, value: object(kept)})
+				main = append(main, jsonraw.Member{RawKey: m.RawKey, Key: m.Key, Value: jsonraw.Object(kept)})
 			}
 		default:
 			main = append(main, m)
 		}
 	}
-	pieces := []piece{{json: object(main)}}
-	var statusMembers []member
+	pieces := []piece{{json: jsonraw.Object(main)}}
+	var statusMembers []jsonraw.Member
 	if status != nil {
-		if sm, ok := members(status); ok && l.statusMembers != nil && allIn(sm, l.statusMembers) {
+		if sm, ok := jsonraw.Members(status); ok && l.statusMembers != nil && allIn(sm, l.statusMembers) {
 			statusMembers = sm
 			for _, m := range sm {
-				pieces = append(pieces, piece{name: "status." + m.key, json: m.value})
+				pieces = append(pieces, piece{name: "status." + m.Key, json: m.Value})
 			}
 		} else {
 			pieces = append(pieces, piece{name: string(PartStatus), json: status})
@@ -116,35 +109,35 @@ func (s *Schema) defaultPieces(kind Kind, obj []byte) (out []byte, ok bool, err 
 			return nil, false, nil
 		}
 	}
-	res, ok := members(results[0].out)
+	res, ok := jsonraw.Members(results[0].out)
 	if !ok {
 		return nil, false, nil
 	}
 	if outside != nil {
 		for i, m := range res {
-			if m.key == string(PartMetadata) {
-				meta, ok := members(m.value)
+			if m.Key == string(PartMetadata) {
+				meta, ok := jsonraw.Members(m.Value)
 				if !ok {
 					return nil, false, nil
 				}
-				res[i].value = object(append(meta, outside...))
+				res[i].Value = jsonraw.Object(append(meta, outside...))
 			}
 		}
 	}
 	switch {
 	case statusMembers != nil:
-		st := make([]member, len(statusMembers))
+		st := make([]jsonraw.Member, len(statusMembers))
 		for i, m := range statusMembers {
-			st[i] = member{rawKey: m.rawKey, value: results[i+1].out}
+			st[i] = jsonraw.Member{RawKey: m.RawKey, Value: results[i+1].out}
 		}
-		res = append(res, member{rawKey: []byte(`"status"`), value: object(st)})
+		res = append(res, jsonraw.Member{RawKey: []byte(`"status"`), Value: jsonraw.Object(st)})
 	case status != nil:
-		res = append(res, member{rawKey: []byte(`"status"`), value: results[1].out})
+		res = append(res, jsonraw.Member{RawKey: []byte(`"status"`), Value: results[1].out})
 	}
-	return object(res), true, nil
+	return jsonraw.Object(res), true, nil
 }
 
-// defaulted is the result of a unified value: its JSON, or its violations.
+// defaulted is the result of a unified Value: its JSON, or its violations.
 func defaulted(v cue.Value) result {
 	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
 		return result{violations: violationsOf(err)}
@@ -156,133 +149,13 @@ func defaulted(v cue.Value) result {
 	return result{out: out}
 }
 
-func allIn(ms []member, set map[string]bool) bool {
+func allIn(ms []jsonraw.Member, set map[string]bool) bool {
 	for _, m := range ms {
-		if !set[m.key] {
+		if !set[m.Key] {
 			return false
 		}
 	}
 	return true
-}
-
-// object is the JSON object of ms.
-func object(ms []member) []byte {
-	n := 2
-	for _, m := range ms {
-		n += len(m.rawKey) + len(m.value) + 2
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '{')
-	for i, m := range ms {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, m.rawKey...)
-		b = append(b, ':')
-		b = append(b, m.value...)
-	}
-	return append(b, '}')
-}
-
-// members lists the members of raw, a JSON object, as written; ok is false when raw is not
-// an object or repeats a key. raw must be valid JSON.
-func members(raw []byte) (out []member, ok bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return nil, false
-	}
-	seen := map[string]bool{}
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return []member{}, skipSpace(raw, i+1) == len(raw)
-	}
-	for i < len(raw) {
-		end := skipValue(raw, i)
-		rawKey := raw[i:end]
-		key := string(rawKey[1 : len(rawKey)-1])
-		if bytes.IndexByte(rawKey, '\\') >= 0 {
-			if err := json.Unmarshal(rawKey, &key); err != nil {
-				return nil, false
-			}
-		}
-		if seen[key] {
-			return nil, false
-		}
-		seen[key] = true
-		i = skipSpace(raw, end)
-		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
-		}
-		i = skipSpace(raw, i+1)
-		end = skipValue(raw, i)
-		out = append(out, member{rawKey: rawKey, key: key, value: raw[i:end]})
-		i = skipSpace(raw, end)
-		if i >= len(raw) {
-			return nil, false
-		}
-		switch raw[i] {
-		case ',':
-			i = skipSpace(raw, i+1)
-		case '}':
-			return out, skipSpace(raw, i+1) == len(raw)
-		default:
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue is the index just past the JSON value that starts at raw[i].
-func skipValue(raw []byte, i int) int {
-	if i >= len(raw) {
-		return i
-	}
-	switch raw[i] {
-	case '"':
-		return skipString(raw, i)
-	case '{', '[':
-		depth := 0
-		for i < len(raw) {
-			switch raw[i] {
-			case '"':
-				i = skipString(raw, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(raw) && raw[i] != ',' && raw[i] != '}' && raw[i] != ']' && raw[i] != ' ' && raw[i] != '\t' && raw[i] != '\n' && raw[i] != '\r' {
-		i++
-	}
-	return i
-}
-
-// skipString is the index just past the JSON string that starts at raw[i].
-func skipString(raw []byte, i int) int {
-	for i++; i < len(raw); i++ {
-		switch raw[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
 }
 
 // evaluatePieces fills in the results of the missed pieces. One missed piece is evaluated
@@ -311,23 +184,23 @@ func (s *Schema) evaluatePieces(e *evaluator, kind Kind, pieces []piece, missed 
 	}
 	all := pieces[0].json
 	if len(pieces) > 1 {
-		top, ok := members(all)
+		top, ok := jsonraw.Members(all)
 		if !ok {
 			return false
 		}
-		var status []member
+		var status []jsonraw.Member
 		for _, p := range pieces[1:] {
 			if p.name == string(PartStatus) {
 				status = nil
-				top = append(top, member{rawKey: []byte(`"status"`), value: p.json})
+				top = append(top, jsonraw.Member{RawKey: []byte(`"status"`), Value: p.json})
 				break
 			}
-			status = append(status, member{rawKey: quoted(strings.TrimPrefix(p.name, "status.")), value: p.json})
+			status = append(status, jsonraw.Member{RawKey: quoted(strings.TrimPrefix(p.name, "status.")), Value: p.json})
 		}
 		if status != nil {
-			top = append(top, member{rawKey: []byte(`"status"`), value: object(status)})
+			top = append(top, jsonraw.Member{RawKey: []byte(`"status"`), Value: jsonraw.Object(status)})
 		}
-		all = object(top)
+		all = jsonraw.Object(top)
 	}
 	expr, err := cuejson.Extract(string(kind)+".json", all)
 	if err != nil {
@@ -340,20 +213,20 @@ func (s *Schema) evaluatePieces(e *evaluator, kind Kind, pieces []piece, missed 
 		}
 		return true
 	}
-	top, ok := members(r.out)
+	top, ok := jsonraw.Members(r.out)
 	if !ok {
 		return false
 	}
-	var main []member
+	var main []jsonraw.Member
 	var status []byte
 	for _, m := range top {
-		if m.key == string(PartStatus) && len(pieces) > 1 {
-			status = m.value
+		if m.Key == string(PartStatus) && len(pieces) > 1 {
+			status = m.Value
 		} else {
 			main = append(main, m)
 		}
 	}
-	results[0] = result{out: object(main)}
+	results[0] = result{out: jsonraw.Object(main)}
 	if len(pieces) == 1 {
 		return true
 	}
@@ -361,13 +234,13 @@ func (s *Schema) evaluatePieces(e *evaluator, kind Kind, pieces []piece, missed 
 		results[1] = result{out: status}
 		return true
 	}
-	sm, ok := members(status)
+	sm, ok := jsonraw.Members(status)
 	if !ok {
 		return false
 	}
 	byKey := map[string][]byte{}
 	for _, m := range sm {
-		byKey[m.key] = m.value
+		byKey[m.Key] = m.Value
 	}
 	for i, p := range pieces[1:] {
 		out, found := byKey[strings.TrimPrefix(p.name, "status.")]

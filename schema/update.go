@@ -11,6 +11,8 @@ import (
 
 	"cuelang.org/go/cue"
 	cuejson "cuelang.org/go/encoding/json"
+
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
 )
 
 // Part is a top-level member of an object that the API server lets an update change on
@@ -385,42 +387,42 @@ func mapLists(v cue.Value, path []string, out map[string][]string, depth int) {
 // the updates this one accepts.
 func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
 	l := s.layouts[kind]
-	if l.statusMembers == nil || !json.Valid(old) || !json.Valid(obj) {
+	if l.statusMembers == nil || !jsonraw.Valid(old) || !jsonraw.Valid(obj) {
 		return false
 	}
-	o, ok := members(old)
+	o, ok := jsonraw.Members(old)
 	if !ok {
 		return false
 	}
-	n, ok := members(obj)
+	n, ok := jsonraw.Members(obj)
 	if !ok || len(o) != len(n) {
 		return false
 	}
 	oldBy := byKey(o)
 	var oldStatus, newStatus []byte
 	for _, m := range n {
-		ov, found := oldBy[m.key]
+		ov, found := oldBy[m.Key]
 		switch {
 		case !found:
 			return false
-		case m.key == string(PartStatus):
-			oldStatus, newStatus = ov, m.value
-		case m.key == string(PartMetadata):
-			if !sameMetadata(ov, m.value) {
+		case m.Key == string(PartStatus):
+			oldStatus, newStatus = ov, m.Value
+		case m.Key == string(PartMetadata):
+			if !sameMetadata(ov, m.Value) {
 				return false
 			}
-		case !bytes.Equal(ov, m.value):
+		case !bytes.Equal(ov, m.Value):
 			return false
 		}
 	}
 	if newStatus == nil {
 		return true
 	}
-	om, ok := members(oldStatus)
+	om, ok := jsonraw.Members(oldStatus)
 	if !ok {
 		return false
 	}
-	nm, ok := members(newStatus)
+	nm, ok := jsonraw.Members(newStatus)
 	if !ok {
 		return false
 	}
@@ -432,13 +434,13 @@ func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
 		}
 	}()
 	for _, m := range nm {
-		if !l.statusMembers[m.key] {
+		if !l.statusMembers[m.Key] {
 			return false
 		}
-		if ov, found := oldMembers[m.key]; found && bytes.Equal(ov, m.value) {
+		if ov, found := oldMembers[m.Key]; found && bytes.Equal(ov, m.Value) {
 			continue
 		}
-		key := "validate\x00" + string(kind) + "\x00status." + m.key + "\x00" + string(m.value)
+		key := "valid\x00" + string(kind) + "\x00status." + m.Key + "\x00" + string(m.Value)
 		r, hit := s.cache.get(key)
 		if !hit {
 			if e == nil {
@@ -447,11 +449,16 @@ func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
 					return false
 				}
 			}
-			expr, err := cuejson.Extract(string(PartStatus)+".json", m.value)
+			expr, err := cuejson.Extract(string(PartStatus)+".json", m.Value)
 			if err != nil {
 				return false
 			}
-			r = result{violations: check(e.members[kind][m.key].Unify(e.ctx.BuildExpr(expr)))}
+			// Validate alone: it reports a missing required field whenever it reports
+			// nothing else, and any violation sends the update the long way.
+			r = result{}
+			if err := e.members[kind][m.Key].Unify(e.ctx.BuildExpr(expr)).Validate(cue.Concrete(true), cue.Final()); err != nil {
+				r.violations = violationsOf(err)
+			}
 			s.cache.put(key, r)
 		}
 		if len(r.violations) > 0 {
@@ -467,37 +474,37 @@ func sameMetadata(old, obj []byte) bool {
 	if bytes.Equal(old, obj) {
 		return true
 	}
-	o, ok := members(old)
+	o, ok := jsonraw.Members(old)
 	if !ok {
 		return false
 	}
-	n, ok := members(obj)
+	n, ok := jsonraw.Members(obj)
 	if !ok {
 		return false
 	}
 	oldBy := byKey(o)
 	count := 0
 	for _, m := range n {
-		if slices.Contains(serverMetadata, m.key) {
+		if slices.Contains(serverMetadata, m.Key) {
 			continue
 		}
 		count++
-		if ov, found := oldBy[m.key]; !found || !bytes.Equal(ov, m.value) {
+		if ov, found := oldBy[m.Key]; !found || !bytes.Equal(ov, m.Value) {
 			return false
 		}
 	}
 	for _, m := range o {
-		if !slices.Contains(serverMetadata, m.key) {
+		if !slices.Contains(serverMetadata, m.Key) {
 			count--
 		}
 	}
 	return count == 0
 }
 
-func byKey(ms []member) map[string][]byte {
+func byKey(ms []jsonraw.Member) map[string][]byte {
 	out := make(map[string][]byte, len(ms))
 	for _, m := range ms {
-		out[m.key] = m.value
+		out[m.Key] = m.Value
 	}
 	return out
 }
