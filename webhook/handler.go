@@ -1,11 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"time"
@@ -72,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.malformed(w, http.StatusBadRequest, fmt.Errorf("content type %q is not application/json", r.Header.Get("Content-Type")))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxReviewBytes))
+	body, err := readBody(w, r)
 	if err != nil {
 		h.malformed(w, http.StatusBadRequest, fmt.Errorf("reading admission review: %w", err))
 		return
@@ -103,6 +103,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, err := w.Write(out); err != nil {
 		h.log.V(1).Info("writing admission review", "uid", req.UID, "error", err.Error())
 	}
+}
+
+// readBody reads the review's body, at most MaxReviewBytes, into a buffer of the size the
+// request declares (io.ReadAll would grow it by doubling: twice the allocation).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= MaxReviewBytes {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxReviewBytes))
+	return buf.Bytes(), err
 }
 
 // decodeReview returns the request of an AdmissionReview v1, decoded case-sensitively as

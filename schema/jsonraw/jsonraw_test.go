@@ -43,10 +43,10 @@ func FuzzValid(f *testing.F) {
 
 func TestMembers(t *testing.T) {
 	for in, want := range map[string][]string{
-		`{}`:                             {},
-		` { "a" : 1 , "b":{"c":"}"} } `:  {"a=1", `b={"c":"}"}`},
+		`{}`:                              {},
+		` { "a" : 1 , "b":{"c":"}"} } `:   {"a=1", `b={"c":"}"}`},
 		`{"a\"b":[1,{"x":"]"}],"c":null}`: {`a"b=[1,{"x":"]"}]`, "c=null"},
-		`{"\u0061":true}`:                {"a=true"},
+		`{"\u0061":true}`:                 {"a=true"},
 	} {
 		ms, ok := Members([]byte(in))
 		if !ok {
