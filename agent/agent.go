@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
-	"github.com/agentcube/sandboxpool/nodectl/api"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -65,17 +64,13 @@ type Agent struct {
 	shim map[string]shimState
 	// shimWatch stops the watch of each pod's shim process, by the pod's name.
 	shimWatch map[string]func()
-	// reported is the last status applied per pool (volatile fields zeroed), for "write only
-	// when a field changed".
-	reported map[string]reportedStatus
-	// resizes is what the agent remembers of each pool's resize between passes.
-	resizes map[string]resizeNotes
+	// poolStates is what the agent remembers of each pool of its node between passes.
+	poolStates map[string]*poolState
 	// stopped records the pool UIDs for which node-ctl has been stopped.
 	stopped map[types.UID]bool
 	// lastRestart rate-limits the node-ctl restart fallback.
 	lastRestart time.Time
-	// leases caches the pools' Leases for renewals without a GET.
-	leases map[string]*coordinationv1.Lease
+
 	// leaseClient writes the Leases: Options.LeaseKubeconfig's identity, or client's.
 	leaseClient client.Client
 	// renewMu serialises Lease renewals: the renewal loop and a new pool's first pass
@@ -83,29 +78,28 @@ type Agent struct {
 	renewMu sync.Mutex
 }
 
-// nodeCtlView is the agent's knowledge of node-ctl from its last poll.
-type nodeCtlView struct {
-	Polled    bool
-	Healthy   bool
-	Err       string
-	DownSince *time.Time
-	LastOK    time.Time
-	State     *api.State
+// poolState is what the agent remembers of one pool of its node between passes. It goes
+// with the pool (poolGone); a restarted agent starts without it and rebuilds it from what it
+// observes.
+type poolState struct {
+	// reported is the last status applied, for "write only when a field changed".
+	reported reportedStatus
+	// resize is the pool's resize as the passes saw it: deferral, kubelet's refusals.
+	resize resizeNotes
+	// lease is the pool's Lease as last written, for renewals without a GET.
+	lease *coordinationv1.Lease
 }
 
-// reportedStatus is the key of the last applied status and the memory figure it carried.
-type reportedStatus struct {
-	key       string
-	allocated int64
-	// own are the pool's resourceVersions of the agent's last writes: the ones they were
-	// computed from and the ones they produced. While the cache shows one of them it holds
-	// no other writer's change to the agent's fields; after writes in quick succession it
-	// may still show an earlier one of its own.
-	own []string
+// poolStateLocked returns what the agent remembers of pool, made if it has nothing yet.
+// a.mu must be held.
+func (a *Agent) poolStateLocked(pool string) *poolState {
+	st := a.poolStates[pool]
+	if st == nil {
+		st = &poolState{}
+		a.poolStates[pool] = st
+	}
+	return st
 }
-
-// ownVersions is how many of its own resourceVersions per pool the agent remembers.
-const ownVersions = 8
 
 // Scheme has the types the agent reads and writes.
 func Scheme() (*runtime.Scheme, error) {
@@ -144,8 +138,7 @@ func newAgent(cfg *rest.Config, o Options, sch *schema.Schema, triggers chan eve
 	}
 	return &Agent{
 		cfg: cfg, opts: o, schema: sch, nodectl: nc, triggers: triggers,
-		shim: map[string]shimState{}, shimWatch: map[string]func(){}, reported: map[string]reportedStatus{}, resizes: map[string]resizeNotes{},
-		stopped: map[types.UID]bool{}, leases: map[string]*coordinationv1.Lease{},
+		shim: map[string]shimState{}, shimWatch: map[string]func(){}, poolStates: map[string]*poolState{}, stopped: map[types.UID]bool{},
 	}
 }
 

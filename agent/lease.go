@@ -1,11 +1,102 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"strings"
+	"time"
 
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// renewLeases renews the Lease of every pool of the node every LeaseRenewInterval: the
+// controller's only signal that this agent lives (docs/design.md §3.4).
+func (a *Agent) renewLeases(ctx context.Context) error {
+	tick := time.NewTicker(a.opts.LeaseRenewInterval)
+	defer tick.Stop()
+	for {
+		if pools, err := a.pools(ctx); err == nil {
+			for _, p := range pools {
+				if p.DeletionTimestamp == nil {
+					a.renewLease(ctx, p.Name)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// renewLease updates the pool's Lease with the copy it holds; it GETs (or creates) the Lease
+// only when it has none or the update conflicts.
+func (a *Agent) renewLease(ctx context.Context, pool string) {
+	a.renewMu.Lock()
+	defer a.renewMu.Unlock()
+	log := logf.FromContext(ctx).WithValues("pool", pool)
+	now := metav1.NewMicroTime(a.opts.Clock.Now())
+	a.mu.Lock()
+	l := a.poolStateLocked(pool).lease
+	a.mu.Unlock()
+	err := errors.New("no lease held")
+	if l != nil {
+		l = l.DeepCopy()
+		l.Spec.RenewTime = &now
+		err = a.leaseWriter().Update(ctx, l)
+	}
+	if err != nil {
+		l, err = a.getOrCreateLease(ctx, pool, now)
+	}
+	if err != nil {
+		leaseRenewals.WithLabelValues("error").Inc()
+		log.Error(err, "renewing the lease"+leaseErrorHint(err))
+		return
+	}
+	leaseRenewals.WithLabelValues("ok").Inc()
+	a.mu.Lock()
+	a.poolStateLocked(pool).lease = l
+	a.mu.Unlock()
+}
+
+// holdsLease reports whether the agent holds the pool's Lease (renewed it at least once).
+func (a *Agent) holdsLease(pool string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.poolStates[pool]
+	return st != nil && st.lease != nil
+}
+
+func (a *Agent) getOrCreateLease(ctx context.Context, pool string, now metav1.MicroTime) (*coordinationv1.Lease, error) {
+	key := types.NamespacedName{Namespace: a.opts.LeaseNamespace, Name: pool}
+	var l coordinationv1.Lease
+	err := a.leaseWriter().Get(ctx, key, &l)
+	switch {
+	case apierrors.IsNotFound(err):
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+				Labels: map[string]string{v1alpha1.LabelNode: naming.LabelValue(a.opts.NodeName)}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.opts.NodeName),
+				LeaseDurationSeconds: ptr.To(int32(a.opts.LeaseTTL / time.Second)), AcquireTime: &now, RenewTime: &now},
+		}
+		return &l, a.leaseWriter().Create(ctx, &l)
+	case err != nil:
+		return nil, err
+	}
+	l.Spec.RenewTime = &now
+	l.Spec.HolderIdentity = ptr.To(a.opts.NodeName)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(a.opts.LeaseTTL / time.Second))
+	return &l, a.leaseWriter().Update(ctx, &l)
+}
 
 // leaseWriter is the client the pools' Leases are written with: the --lease-kubeconfig
 // identity when one is set, the agent's own otherwise.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -63,6 +64,11 @@ type piece struct {
 	// these resources (the pool's template); a piece that is not current is replaced.
 	Current bool
 	State   pieceState
+	// Unseen: kubelet runs the piece (its shim started it and lives) but its mirror pod is
+	// not in the API (the API server was unreachable, or kubelet is recreating it), so the
+	// scheduler does not count it yet. It holds its part in kubelet; node-ctl does not grow
+	// into it and no other piece goes because of it until the scheduler counts it too.
+	Unseen bool
 	// Reason is kubelet's word for a rejected piece: its reason and message.
 	Reason string
 }
@@ -105,16 +111,16 @@ type newPiece struct {
 	Res    corev1.ResourceList
 }
 
-// deferral says why a resize waits.
-type deferral string
+// deferral says why a resize waits: the reason of ResizeDeferred=True.
+type deferral = v1alpha1.ConditionReason
 
 const (
 	// deferRoom: the node has not the room for a growth, as the scheduler counts it.
-	deferRoom deferral = "InsufficientRoom"
+	deferRoom = v1alpha1.ReasonInsufficientRoom
 	// deferKubelet: kubelet refused the growth's piece.
-	deferKubelet deferral = "RejectedByKubelet"
+	deferKubelet = v1alpha1.ReasonRejectedByKubelet
 	// deferUsage: a memory downscale waits while the sandboxes use too much of the new size.
-	deferUsage deferral = "UsageAboveWatermark"
+	deferUsage = v1alpha1.ReasonUsageAboveWatermark
 )
 
 // lockPlan is one step. At most one kind of change to the pieces per pass: the next pass
@@ -166,7 +172,7 @@ func planLock(in lockInput) lockPlan {
 		}
 		if pc.holds() {
 			addTo(lock, pc.Res)
-			if pc.State == pieceRunning {
+			if pc.State == pieceRunning && !pc.Unseen {
 				addTo(running, pc.Res)
 			}
 		}
@@ -176,8 +182,9 @@ func planLock(in lockInput) lockPlan {
 	// What the lock must hold: the desired size, and never less than what node-ctl runs.
 	want := maxOf(in.Desired, in.Applied)
 
-	// node-ctl grows only up to the pieces that run: kubelet and the scheduler count an
-	// admitted piece already, the pool's readiness only once it runs.
+	// node-ctl grows only up to the pieces that run and that the scheduler counts: kubelet
+	// and the scheduler count an admitted piece already, the pool's readiness only once it
+	// runs, and the scheduler only once its mirror pod is in the API.
 	p.NodeCtl, p.Deferred, p.Reason = planNodeCtl(in, running)
 
 	if len(rejected) > 0 {
@@ -223,6 +230,10 @@ func planLock(in lockInput) lockPlan {
 	for _, pc := range in.Pieces {
 		if pc.State == pieceAdmitted {
 			p.Waiting = "waiting for placeholder pod " + strconv.Itoa(pc.Number) + " to run"
+			return p
+		}
+		if pc.Unseen {
+			p.Waiting = "waiting for the mirror pod of placeholder pod " + strconv.Itoa(pc.Number) + ": the scheduler does not count it yet"
 			return p
 		}
 	}

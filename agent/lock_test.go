@@ -15,6 +15,11 @@ func pc(n int, state pieceState, res corev1.ResourceList) piece {
 	return piece{Number: n, Res: res, Trusted: true, Current: true, State: state}
 }
 
+func unseen(p piece) piece {
+	p.Unseen = true
+	return p
+}
+
 // roomFor is a node with the given free room and nothing else said about it.
 func roomFor(free corev1.ResourceList) *room {
 	return &room{Allocatable: rl("2", "8Gi"), Free: free, FreePods: 100}
@@ -120,6 +125,24 @@ func TestPlanLockSteps(t *testing.T) {
 			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
 				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
 			func(t *testing.T, p lockPlan) { wantNodeCtl(t, p, rl("1", "1Gi")) }},
+		{"growth running but its mirror pod not in the API: node-ctl waits for the scheduler to count it",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), unseen(pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}))}},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.NodeCtl != nil {
+					t.Errorf("node-ctl grows to %v before the scheduler counts the growth", p.NodeCtl)
+				}
+			}},
+		{"the replacement runs but its mirror pod is not in the API: nothing goes yet",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), NextPiece: 4,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}), unseen(pc(3, pieceRunning, rl("1", "1Gi")))}},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.Waiting == "" {
+					t.Errorf("plan %+v, want Waiting", p)
+				}
+			}},
 		{"two pieces of the right sum fold into one when the node has room for a second copy",
 			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), Room: roomFor(rl("1", "1Gi")), NextPiece: 3,
 				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},

@@ -1,6 +1,3 @@
-// Package agent is placeholder-agent, the node execution layer (docs/design.md §3.5): on each node it
-// renders the static placeholder pod of the node's SandboxPool, keeps it there, drives
-// node-ctl through staged resizes, renews the pool's Lease and reports status.
 package agent
 
 import (

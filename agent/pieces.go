@@ -107,8 +107,9 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 			}
 		case a.shimRuns(name, string(pool.UID)):
 			// kubelet runs it (the shim started it and lives) although its mirror pod is
-			// gone or being replaced: it still holds its part in kubelet.
-			pc.State = pieceRunning
+			// gone or being replaced: it still holds its part in kubelet, not yet in the
+			// scheduler.
+			pc.State, pc.Unseen = pieceRunning, true
 		default:
 			pc.State = piecePending
 			if reason, ok := a.kubeletRejection(ctx, name, f.ModTime); ok {

@@ -3,6 +3,7 @@ package agent
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,4 +57,89 @@ func resizeState(prev *v1alpha1.ResizeStatus, firstApply bool, p lockPlan, desir
 		return &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeCompleted, RequestedCPU: &cpu, RequestedMemory: &mem}
 	}
 	return prev
+}
+
+// Backoff after kubelet refused a piece of a pool: the first retry after rejectionBackoff,
+// doubling up to maxRejectionBackoff.
+const (
+	rejectionBackoff    = 5 * time.Second
+	maxRejectionBackoff = 5 * time.Minute
+)
+
+// resizeNotes is what the agent remembers of a pool's resize between passes: when the
+// current deferral began and what it has said of it, and kubelet's last refusal.
+type resizeNotes struct {
+	deferredSince time.Time
+	deferredKind  deferral
+	warnedLong    bool
+	rejectedAt    time.Time
+	rejections    int
+	lastRejection string
+	inProgress    bool
+}
+
+// noteRejection records that kubelet refused a piece of pool, for the backoff, and says so.
+func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc piece) {
+	a.mu.Lock()
+	n := &a.poolStateLocked(pool.Name).resize
+	n.rejectedAt, n.rejections = a.opts.Clock.Now(), n.rejections+1
+	n.lastRejection = "kubelet refused placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
+	a.mu.Unlock()
+	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodRejected.String(), ActionResize,
+		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), resourcesText(pc.Res), pc.Reason)
+}
+
+// rejectionBackoff reports whether kubelet refused a piece of pool too recently to ask
+// again, and its word then.
+func (a *Agent) rejectionBackoff(pool string) (bool, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.poolStateLocked(pool).resize
+	if n.rejections == 0 {
+		return false, ""
+	}
+	wait := min(rejectionBackoff<<min(n.rejections-1, 16), maxRejectionBackoff)
+	return a.opts.Clock.Since(n.rejectedAt) < wait, n.lastRejection
+}
+
+// noteResize emits the resize's events: a Warning when a resize starts to wait (and once
+// more past DeferredWarningAfter), a Normal event when one completes.
+func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
+	p := ps.plan
+	a.mu.Lock()
+	n := &a.poolStateLocked(pool.Name).resize
+	now := a.opts.Clock.Now()
+	var events []func()
+	switch {
+	case p.Deferred == "":
+		n.deferredSince, n.deferredKind, n.warnedLong = time.Time{}, "", false
+	case n.deferredKind != p.Deferred:
+		n.deferredSince, n.deferredKind, n.warnedLong = now, p.Deferred, false
+		reason := p.Reason
+		events = append(events, func() {
+			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonResizeDeferred.String(), ActionResize, "Resize deferred: %s", reason)
+		})
+	case !n.warnedLong && now.Sub(n.deferredSince) >= a.opts.DeferredWarningAfter:
+		n.warnedLong = true
+		d, reason := now.Sub(n.deferredSince).Round(time.Second), p.Reason
+		events = append(events, func() {
+			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, EventReasonResizeDeferredTooLong, ActionResize, "Resize deferred for %s: %s", d, reason)
+		})
+	}
+	if ps.applied != nil && !p.Synced {
+		n.inProgress = true
+	}
+	if p.Synced {
+		if n.inProgress {
+			lock := resourcesText(p.Lock)
+			events = append(events, func() {
+				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, EventReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
+			})
+		}
+		n.inProgress, n.rejections, n.lastRejection = false, 0, ""
+	}
+	a.mu.Unlock()
+	for _, e := range events {
+		e()
+	}
 }

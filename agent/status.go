@@ -2,20 +2,32 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// reportedStatus is the last status the agent applied and the memory figure it carried.
+type reportedStatus struct {
+	applied   *v1alpha1.SandboxPoolStatus
+	allocated int64
+	// own are the pool's resourceVersions of the agent's last writes: the ones they were
+	// computed from and the ones they produced. While the cache shows one of them it holds
+	// no other writer's change to the agent's fields; after writes in quick succession it
+	// may still show an earlier one of its own.
+	own []string
+}
+
+// ownVersions is how many of its own resourceVersions per pool the agent remembers.
+const ownVersions = 8
 
 // allocatedStep is how far the reported memory in use may drift before a status write:
 // the larger of 16 MiB and 2 % of the allocatable memory. Usage moves all the time; the
@@ -30,7 +42,7 @@ func allocatedStep(allocatable int64) int64 {
 func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass) error {
 	now := metav1.NewTime(a.opts.Clock.Now())
 	a.mu.Lock()
-	prev := a.reported[pool.Name]
+	prev := a.poolStateLocked(pool.Name).reported
 	a.mu.Unlock()
 	nc := ps.nc
 
@@ -45,16 +57,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	if nc.State != nil && !nc.State.StartedAt.IsZero() {
 		st.PlaceholderAgent.NodeCtlStartAt = &metav1.Time{Time: nc.State.StartedAt.UTC().Truncate(1e9)}
 	}
-	if o := pool.Spec.Override; o != nil {
-		st.Override = &v1alpha1.OverrideStatus{Enabled: ptr.To(o.Enabled), Reason: o.Reason, Source: overrideSourceSpec}
-		if o.Enabled {
-			at := now
-			if old := pool.Status.Override; old != nil && old.Enabled != nil && *old.Enabled && old.OverriddenAt != nil {
-				at = *old.OverriddenAt
-			}
-			st.Override.OverriddenAt = &at
-		}
-	}
+	st.Override = overrideStatus(pool.Spec.Override, pool.Status.Override, now)
 	st.Resize = resizeState(pool.Status.Resize, ps.applied == nil, ps.plan, ps.desired)
 	if st.Resize != nil && st.Resize.Status != v1alpha1.ResizeCompleted && pool.Status.Resize != nil &&
 		pool.Status.Resize.Status == st.Resize.Status && pool.Status.Resize.LastProbeTime != nil {
@@ -71,7 +74,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	if nc.State != nil {
 		st.PoolInfo = &v1alpha1.PoolInfo{Zone: nc.State.Zone, AllocatableMemoryBytes: ptr.To(nc.State.AllocatableMemoryBytes)}
 		if d := nc.State.AllocatedMemoryBytes - prev.allocated; d >= allocatedStep(nc.State.AllocatableMemoryBytes) ||
-			-d >= allocatedStep(nc.State.AllocatableMemoryBytes) || prev.key == "" {
+			-d >= allocatedStep(nc.State.AllocatableMemoryBytes) || prev.applied == nil {
 			allocated = nc.State.AllocatedMemoryBytes
 		}
 		st.PoolInfo.AllocatedMemoryBytes = ptr.To(allocated)
@@ -82,18 +85,14 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	}
 	st.Conditions = a.conditions(pool, ps)
 
-	key, err := statusKey(st)
-	if err != nil {
-		return err
-	}
-	if key == prev.key {
+	if !ssa.StatusChanged(prev.applied, &st, volatileStatusFields...) {
 		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
 		}
 		// Someone wrote the pool since: rewrite only if the agent's fields are not what
 		// it applied (e.g. another writer cleared them).
-		if observed, err := statusKey(agentFields(pool.Status)); err != nil || observed == key {
-			return err
+		if !ssa.StatusChanged(agentFields(pool.Status), &st, volatileStatusFields...) {
+			return nil
 		}
 		logf.FromContext(ctx).Info("the agent's status fields were changed by another writer; applying them again")
 	}
@@ -103,16 +102,35 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	if nc.Healthy {
 		st.NodeCtl.LastHeartbeat = &metav1.Time{Time: nc.LastOK.UTC().Truncate(1e9)}
 	}
-	if err := a.applyStatus(ctx, pool, st); err != nil {
+	if err := ssa.ApplyStatus(ctx, a.client, pool, &st, v1alpha1.FieldManagerAgent); err != nil {
 		return err
 	}
 	statusWrites.Inc()
 	a.mu.Lock()
 	own := append(slices.Clone(prev.own), rvBefore, pool.ResourceVersion)
-	a.reported[pool.Name] = reportedStatus{key: key, allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
+	a.poolStateLocked(pool.Name).reported = reportedStatus{applied: st.DeepCopy(), allocated: allocated, own: own[max(0, len(own)-ownVersions):]}
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
+}
+
+// overrideStatus is status.override for the pool's spec.override (nil without one): the
+// source of the policy the agent applies, and since when an enabled override has been
+// applied (kept from the previous status while it stays enabled).
+func overrideStatus(o *v1alpha1.Override, prev *v1alpha1.OverrideStatus, now metav1.Time) *v1alpha1.OverrideStatus {
+	if o == nil {
+		return nil
+	}
+	st := &v1alpha1.OverrideStatus{Enabled: ptr.To(o.Enabled), Reason: o.Reason, Source: v1alpha1.OverrideSourceClass}
+	if o.Enabled {
+		st.Source = v1alpha1.OverrideSourceOverride
+		at := now
+		if prev != nil && prev.Enabled != nil && *prev.Enabled && prev.OverriddenAt != nil {
+			at = *prev.OverriddenAt
+		}
+		st.OverriddenAt = &at
+	}
+	return st
 }
 
 // shownPod is the placeholder pod status.placeholderPod shows: the newest running piece's
@@ -132,33 +150,13 @@ func (a *Agent) shownPod(ps pass) *corev1.Pod {
 	return nil
 }
 
-// statusKey is the status without heartbeats and transition times, conditions in type
-// order: what "a field changed" compares.
-func statusKey(st v1alpha1.SandboxPoolStatus) (string, error) {
-	k := *st.DeepCopy()
-	for i := range k.Conditions {
-		k.Conditions[i].LastTransitionTime = metav1.Time{}
-	}
-	slices.SortFunc(k.Conditions, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
-	if k.PlaceholderAgent != nil {
-		k.PlaceholderAgent.LastHeartbeat = nil
-	}
-	if k.NodeCtl != nil {
-		k.NodeCtl.LastHeartbeat = nil
-	}
-	if k.Resize != nil {
-		k.Resize.LastProbeTime = nil
-	}
-	if k.Override != nil {
-		k.Override.OverriddenAt = nil
-	}
-	b, err := json.Marshal(k)
-	return string(b), err
-}
+// volatileStatusFields are the agent's status fields that change without anything having
+// happened: refreshed on each write, they never cause one.
+var volatileStatusFields = []string{"placeholderAgent.lastHeartbeat", "nodeCtl.lastHeartbeat", "resize.lastProbeTime", "override.overriddenAt"}
 
 // agentFields is the part of a pool's status the agent owns (docs/design.md §4), as read back.
-func agentFields(s v1alpha1.SandboxPoolStatus) v1alpha1.SandboxPoolStatus {
-	own := v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
+func agentFields(s v1alpha1.SandboxPoolStatus) *v1alpha1.SandboxPoolStatus {
+	own := &v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
 		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, PoolInfo: s.PoolInfo,
 		LastAppliedGeneration: s.LastAppliedGeneration}
 	for _, c := range s.Conditions {
@@ -178,12 +176,12 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 			out = append(out, c)
 		}
 	}
-	set := func(typ string, ok bool, reason, msg string) {
+	set := func(typ v1alpha1.ConditionType, ok bool, reason v1alpha1.ConditionReason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
 			s = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&out, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: pool.Generation})
+		meta.SetStatusCondition(&out, metav1.Condition{Type: typ.String(), Status: s, Reason: reason.String(), Message: msg, ObservedGeneration: pool.Generation})
 	}
 	plan, nc := ps.plan, ps.nc
 
@@ -191,39 +189,39 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 	set(v1alpha1.ConditionPlaceholderPodReady, ready, reason, msg)
 
 	if nc.Healthy {
-		set(v1alpha1.ConditionNodeCtlHealthy, true, ReasonNodeCtlHealthy, "node-ctl answers on "+a.opts.NodeCtlSocket)
+		set(v1alpha1.ConditionNodeCtlHealthy, true, v1alpha1.ReasonNodeCtlHealthy, "node-ctl answers on "+a.opts.NodeCtlSocket)
 	} else {
-		set(v1alpha1.ConditionNodeCtlHealthy, false, ReasonNodeCtlUnreachable, "node-ctl: "+nc.Err)
+		set(v1alpha1.ConditionNodeCtlHealthy, false, v1alpha1.ReasonNodeCtlUnreachable, "node-ctl: "+nc.Err)
 	}
 
 	switch {
 	case plan.Synced:
-		set(v1alpha1.ConditionResourceSynced, true, ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
+		set(v1alpha1.ConditionResourceSynced, true, v1alpha1.ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
 	case plan.Deferred != "":
-		set(v1alpha1.ConditionResourceSynced, false, ReasonResizeDeferred, plan.Reason)
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonResizeDeferred, plan.Reason)
 	case ps.nodeCtlErr != nil:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlRejected, ps.nodeCtlErr.Error())
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonNodeCtlRejected, ps.nodeCtlErr.Error())
 	case !nc.Healthy:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonNodeCtlUnreachable, "node-ctl does not answer")
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonNodeCtlUnreachable, "node-ctl does not answer")
 	case plan.Waiting != "":
-		set(v1alpha1.ConditionResourceSynced, false, ReasonWaitingForKubelet, plan.Waiting)
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonWaitingForKubelet, plan.Waiting)
 	default:
-		set(v1alpha1.ConditionResourceSynced, false, ReasonResizing, "moving node-ctl and the placeholder pods to the pool's resources")
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonResizing, "moving node-ctl and the placeholder pods to the pool's resources")
 	}
 
 	// A resize in progress moves without a fault: node-ctl answers and takes its configs.
 	// The pool stays Ready meanwhile (the old lock holds); a fault makes it Degraded.
 	inProgress := !plan.Synced && plan.Deferred == "" && ps.nodeCtlErr == nil && nc.Healthy
-	reason = ReasonNoResize
+	reason = v1alpha1.ReasonNoResize
 	if inProgress {
-		reason = ReasonResizeInProgress
+		reason = v1alpha1.ReasonResizeInProgress
 	}
 	set(v1alpha1.ConditionResizeInProgress, inProgress, reason,
 		fmt.Sprintf("the pool asks for %s; the placeholder pods hold %s", resourcesText(ps.desired), resourcesText(plan.Lock)))
 	if plan.Deferred != "" {
-		set(v1alpha1.ConditionResizeDeferred, true, string(plan.Deferred), plan.Reason)
+		set(v1alpha1.ConditionResizeDeferred, true, plan.Deferred, plan.Reason)
 	} else {
-		set(v1alpha1.ConditionResizeDeferred, false, ReasonNoResize, "no resize is waiting")
+		set(v1alpha1.ConditionResizeDeferred, false, v1alpha1.ReasonNoResize, "no resize is waiting")
 	}
 	return out
 }
@@ -231,8 +229,11 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 // readiness is PlaceholderPodReady: the pool's placeholder pods run, as their mirror pods
 // and the shim both say, and hold at least what node-ctl runs. A pod added for a resize
 // that is not running yet does not count against it; a running one that broke does.
-func (a *Agent) readiness(ps pass) (bool, string, string) {
-	type why struct{ reason, msg string }
+func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
+	type why struct {
+		reason v1alpha1.ConditionReason
+		msg    string
+	}
 	var broken, waiting *why
 	covered := corev1.ResourceList{}
 	var running []string
@@ -242,10 +243,10 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 		sh, known := a.shimFor(name)
 		switch {
 		case known && sh.Started && sh.Exited && pc.State != piecePending && pc.State != pieceRejected:
-			broken = &why{ReasonShimExited, fmt.Sprintf("the placeholder shim of %s (pid %d) is gone without a word", name, sh.PID)}
+			broken = &why{v1alpha1.ReasonShimExited, fmt.Sprintf("the placeholder shim of %s (pid %d) is gone without a word", name, sh.PID)}
 		case pc.State == pieceRunning && known && !sh.Started:
-			if broken == nil || broken.reason != ReasonShimExited {
-				broken = &why{ReasonShimStopped, "the placeholder shim stopped " + name}
+			if broken == nil || broken.reason != v1alpha1.ReasonShimExited {
+				broken = &why{v1alpha1.ReasonShimStopped, "the placeholder shim stopped " + name}
 			}
 		case pc.State == pieceRunning:
 			if pc.Trusted {
@@ -253,10 +254,10 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 				running = append(running, name)
 			}
 		case pc.State == pieceRejected:
-			waiting = &why{ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
+			waiting = &why{v1alpha1.ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
 		case pc.State == pieceAdmitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
-			if waiting == nil || waiting.reason != ReasonPodRejected {
-				waiting = &why{ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
+			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
+				waiting = &why{v1alpha1.ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
 			}
 		default:
 			if waiting == nil {
@@ -264,7 +265,7 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 				if mirror != nil {
 					state = "it is " + string(mirror.Status.Phase)
 				}
-				waiting = &why{ReasonPodNotRunning, name + " is not running: " + state}
+				waiting = &why{v1alpha1.ReasonPodNotRunning, name + " is not running: " + state}
 			}
 		}
 	}
@@ -272,15 +273,15 @@ func (a *Agent) readiness(ps pass) (bool, string, string) {
 		return false, broken.reason, broken.msg
 	}
 	if len(running) > 0 && covers(covered, ps.applied) {
-		return true, ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
+		return true, v1alpha1.ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
 	}
 	if waiting != nil {
 		return false, waiting.reason, waiting.msg
 	}
 	if len(running) > 0 {
-		return false, ReasonPodNotRunning, "the running placeholder pods hold " + resourcesText(covered) + ", less than node-ctl runs (" + resourcesText(ps.applied) + ")"
+		return false, v1alpha1.ReasonPodNotRunning, "the running placeholder pods hold " + resourcesText(covered) + ", less than node-ctl runs (" + resourcesText(ps.applied) + ")"
 	}
-	return false, ReasonPodNotRunning, "the pool has no placeholder pod yet"
+	return false, v1alpha1.ReasonPodNotRunning, "the pool has no placeholder pod yet"
 }
 
 // readyMessage is ": " and the message of the pod's Ready condition, if it has one.
@@ -294,12 +295,7 @@ func readyMessage(pod *corev1.Pod) string {
 }
 
 func isAgentCondition(t string) bool {
-	switch t {
-	case v1alpha1.ConditionPlaceholderPodReady, v1alpha1.ConditionResourceSynced, v1alpha1.ConditionNodeCtlHealthy,
-		v1alpha1.ConditionResizeInProgress, v1alpha1.ConditionResizeDeferred:
-		return true
-	}
-	return false
+	return slices.Contains(v1alpha1.AgentConditions, v1alpha1.ConditionType(t))
 }
 
 func podReady(pod *corev1.Pod) bool {
@@ -309,23 +305,4 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// applyStatus server-side applies the agent's fields. Never forced: a conflict is retried
-// on the next pass (docs/design.md §4).
-func (a *Agent) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, st v1alpha1.SandboxPoolStatus) error {
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata":   map[string]any{"name": pool.Name},
-		"status":     st,
-	})
-	if err != nil {
-		return err
-	}
-	if err := a.client.Status().Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
-		return fmt.Errorf("applying status of %s: %w", pool.Name, err)
-	}
-	return nil
 }

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -83,18 +84,8 @@ func planClass(in planInput) classPlan {
 		p.create = append(p.create, name)
 	}
 	slices.Sort(p.create)
-	slices.SortFunc(p.conflicts, func(a, b nodeConflict) int { return compareStrings(a.Node, b.Node) })
+	slices.SortFunc(p.conflicts, func(a, b nodeConflict) int { return strings.Compare(a.Node, b.Node) })
 	return p
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // newPool is the pool the class creates for a node.

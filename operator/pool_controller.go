@@ -4,16 +4,14 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
+	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/operator/phase"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,21 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
-
-// Reasons of the controller's conditions.
-const (
-	ReasonNodeExists    = "NodeExists"
-	ReasonNodeMissing   = "NodeNotFound"
-	ReasonLeaseRenewed  = "LeaseRenewed"
-	ReasonLeaseExpired  = "LeaseExpired"
-	ReasonLeaseNotFound = "LeaseNotFound"
-	// ReasonLeaseHolderMismatch: the pool's Lease is held by someone other than the pool's
-	// node (spec.holderIdentity), so it says nothing about that node's agent and is ignored.
-	ReasonLeaseHolderMismatch = "LeaseHolderMismatch"
-)
-
-// ActionIgnoreLease is the action of the event about a Lease held by another identity.
-const ActionIgnoreLease = "IgnoreLease"
 
 // Defaults of the controller's flags.
 const (
@@ -141,9 +124,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if agentCond.Reason == ReasonLeaseHolderMismatch {
+	if agentCond.Reason == v1alpha1.ReasonLeaseHolderMismatch.String() {
 		if was := meta.FindStatusCondition(pool.Status.Conditions, agentCond.Type); was == nil || was.Message != agentCond.Message {
-			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, ReasonLeaseHolderMismatch, ActionIgnoreLease, "%s", agentCond.Message)
+			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonLeaseHolderMismatch.String(), ActionIgnoreLease, "%s", agentCond.Message)
 		}
 	}
 	conds := append([]metav1.Condition(nil), pool.Status.Conditions...)
@@ -161,13 +144,18 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	})
 
 	if res.EverReady && !everReady {
-		if err := r.markEverReady(ctx, &pool); err != nil {
+		// Marked once, as an annotation: the controller owns only the phase and two
+		// conditions in status.
+		if err := ssa.ApplyAnnotations(ctx, r.Client, &pool, map[string]string{v1alpha1.AnnotationEverReady: "true"},
+			v1alpha1.FieldManagerController); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	if statusChanged(&pool, res.Phase, conds) {
+	// Applied without force: a conflict is an error and the next reconcile retries
+	// (docs/design.md §4).
+	if have, want := controllerStatus(pool.Status.Phase, pool.Status.Conditions), controllerStatus(res.Phase, conds); ssa.StatusChanged(&have, &want) {
 		log.V(1).Info("phase", "phase", res.Phase, "rule", res.Rule, "reason", res.Reason)
-		if err := r.applyStatus(ctx, &pool, res.Phase, conds); err != nil {
+		if err := ssa.ApplyStatus(ctx, r.Client, &pool, &want, v1alpha1.FieldManagerController); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -178,141 +166,25 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: soonest(res.RequeueAfter, leaseExpiresIn, goneDeadlineIn)}, nil
 }
 
-func (r *PoolReconciler) nodeCondition(ctx context.Context, pool *v1alpha1.SandboxPool) (metav1.Condition, error) {
-	// The transition time comes from the controller's clock, at the API's precision (the
-	// node-gone deadline is computed from it, before and after it is written).
-	c := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound, ObservedGeneration: pool.Generation,
-		LastTransitionTime: metav1.NewTime(r.Clock.Now()).Rfc3339Copy()}
-	exists, err := r.nodeExists(ctx, pool.Spec.NodeName)
-	switch {
-	case err != nil:
-		return c, err
-	case exists:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNodeExists, fmt.Sprintf("node %s exists", pool.Spec.NodeName)
-	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonNodeMissing, fmt.Sprintf("node %s does not exist", pool.Spec.NodeName)
-	}
-	return c, nil
-}
-
-// nodeExists reads the node from the metadata-only cache.
-func (r *PoolReconciler) nodeExists(ctx context.Context, name string) (bool, error) {
-	return nodeExistsIn(ctx, r.Client, name)
-}
-
-// agentCondition reads the agent's Lease. Only a Lease held by the pool's node counts: the
-// API server's Lease policy (deploy/rbac/node-policy.yaml) lets a node write its own pool's
-// Lease only and in its own name, and a Lease held by anyone else (the policy is missing, or
-// two long node names share their first 232 characters) is ignored, with a Warning event.
-// Messages carry no changing timestamps, so a renewal alone never causes a write.
-// leaseExpiresIn > 0 while the lease is fresh.
-func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.SandboxPool, now time.Time) (metav1.Condition, time.Duration, error) {
-	c := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy, ObservedGeneration: pool.Generation}
-	var lease coordinationv1.Lease
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.LeaseNamespace, Name: pool.Name}, &lease)
-	if apierrors.IsNotFound(err) {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseNotFound
-		c.Message = fmt.Sprintf("no lease %s/%s: the placeholder agent has not reported", r.LeaseNamespace, pool.Name)
-		return c, 0, nil
-	}
-	if err != nil {
-		return c, 0, fmt.Errorf("getting lease %s/%s: %w", r.LeaseNamespace, pool.Name, err)
-	}
-	if holder := holderOf(&lease); holder != pool.Spec.NodeName {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseHolderMismatch
-		c.Message = fmt.Sprintf("lease %s/%s is held by %q, not by node %s: ignored", r.LeaseNamespace, pool.Name, holder, pool.Spec.NodeName)
-		return c, 0, nil
-	}
-	var renewed time.Time
-	switch {
-	case lease.Spec.RenewTime != nil:
-		renewed = lease.Spec.RenewTime.Time
-	case lease.Spec.AcquireTime != nil:
-		renewed = lease.Spec.AcquireTime.Time
-	}
-	if left := renewed.Add(r.LeaseTTL).Sub(now); left > 0 {
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonLeaseRenewed
-		c.Message = fmt.Sprintf("lease renewed within the last %s", r.LeaseTTL)
-		return c, left, nil
-	}
-	c.Status, c.Reason = metav1.ConditionFalse, ReasonLeaseExpired
-	c.Message = fmt.Sprintf("lease not renewed since %s (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
-	return c, 0, nil
-}
-
-// holderOf is the spec.holderIdentity of a Lease ("" when unset or not a Lease).
-func holderOf(o client.Object) string {
-	if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
-		return *l.Spec.HolderIdentity
-	}
-	return ""
-}
-
 // agentHealthy reports whether the cache shows pool with PlaceholderAgentHealthy=True.
 func (r *PoolReconciler) agentHealthy(ctx context.Context, pool string) bool {
 	var p v1alpha1.SandboxPool
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: pool}, &p); err != nil {
 		return false
 	}
-	return meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy)
+	return meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String())
 }
 
-// statusChanged reports whether the phase or one of the controller's conditions differs
-// from what the pool shows (LastTransitionTime is kept by SetStatusCondition when the
-// status did not change, so it is not compared).
-func statusChanged(pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) bool {
-	if pool.Status.Phase != p {
-		return true
-	}
+// controllerStatus is the part of a pool's status the controller owns: the phase and its
+// conditions (docs/design.md §4).
+func controllerStatus(p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) v1alpha1.SandboxPoolStatus {
+	st := v1alpha1.SandboxPoolStatus{Phase: p}
 	for _, t := range v1alpha1.ControllerConditions {
-		want, have := meta.FindStatusCondition(conds, t), meta.FindStatusCondition(pool.Status.Conditions, t)
-		if have == nil || want.Status != have.Status || want.Reason != have.Reason ||
-			want.Message != have.Message || want.ObservedGeneration != have.ObservedGeneration {
-			return true
+		if c := meta.FindStatusCondition(conds, t.String()); c != nil {
+			st.Conditions = append(st.Conditions, *c)
 		}
 	}
-	return false
-}
-
-// applyStatus server-side applies exactly the controller's fields. It never forces: a
-// conflict is an error and the next reconcile retries (docs/design.md §4).
-func (r *PoolReconciler) applyStatus(ctx context.Context, pool *v1alpha1.SandboxPool, p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) error {
-	var mine []metav1.Condition
-	for _, t := range v1alpha1.ControllerConditions {
-		mine = append(mine, *meta.FindStatusCondition(conds, t))
-	}
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata":   map[string]any{"name": pool.Name},
-		"status":     map[string]any{"phase": p, "conditions": mine},
-	})
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Status().Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerController)); err != nil {
-		return fmt.Errorf("applying status of %s: %w", pool.Name, err)
-	}
-	return nil
-}
-
-// markEverReady records, once, that the pool has been Ready.
-func (r *PoolReconciler) markEverReady(ctx context.Context, pool *v1alpha1.SandboxPool) error {
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
-		"kind":       v1alpha1.KindSandboxPool,
-		"metadata": map[string]any{"name": pool.Name,
-			"annotations": map[string]string{v1alpha1.AnnotationEverReady: "true"}},
-	})
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Patch(ctx, pool, client.RawPatch(types.ApplyPatchType, patch),
-		client.FieldOwner(v1alpha1.FieldManagerController)); err != nil {
-		return fmt.Errorf("marking %s ever ready: %w", pool.Name, err)
-	}
-	return nil
+	return st
 }
 
 // soonest is the smallest positive duration, or 0.

@@ -19,12 +19,6 @@ import (
 // the controller removes its finalizer anyway (docs/design.md §3.4: 10 minutes).
 const DefaultFinalizerTimeout = 10 * time.Minute
 
-// Reasons of the pool finalizer's events.
-const (
-	ReasonFinalizerTimeout = "FinalizerTimeout"
-	ReasonPlaceholderGone  = "PlaceholderPodGone"
-)
-
 // releaseCause says why a pool's finalizer may go, or that it must stay.
 type releaseCause string
 
@@ -76,7 +70,7 @@ func (r *PoolReconciler) finalize(ctx context.Context, pool *v1alpha1.SandboxPoo
 		return wait, nil
 	}
 	if cause == releaseTimeout {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonFinalizerTimeout, ActionRemoveFinalize,
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, EventReasonFinalizerTimeout, ActionRemoveFinalize,
 			"Mirror pod %s still present %s after deletion; removing the finalizer anyway (node %s may keep its capacity locked until the manifest is removed)",
 			strings.Join(pods, ", "), timeout, pool.Spec.NodeName)
 	}

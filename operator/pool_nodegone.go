@@ -26,10 +26,6 @@ import (
 // the SandboxPoolsUnready alert fires, so removing a node does not page (docs/operator.md).
 const DefaultNodeGoneGrace = 2 * time.Minute
 
-// ReasonNodeGone is the reason of the event that reports a pool deleted because its node is
-// gone.
-const ReasonNodeGone = "NodeGone"
-
 // decideNodeGone is the rule for the pool of a node that is gone, a pure function of the
 // pool's conditions as the controller computed them from what the API shows: the deadline
 // is NodeNotFound's lastTransitionTime plus grace, so a restarted controller finds the same
@@ -40,14 +36,14 @@ const ReasonNodeGone = "NodeGone"
 // remove the node's lock. The pool is requeued at the Lease's expiry anyway, and is
 // deleted then.
 func decideNodeGone(conds []metav1.Condition, now time.Time, grace time.Duration) (deletePool bool, wait time.Duration) {
-	gone := meta.FindStatusCondition(conds, v1alpha1.ConditionNodeNotFound)
+	gone := meta.FindStatusCondition(conds, v1alpha1.ConditionNodeNotFound.String())
 	if gone == nil || gone.Status != metav1.ConditionTrue {
 		return false, 0
 	}
 	if left := gone.LastTransitionTime.Add(grace).Sub(now); left > 0 {
 		return false, left
 	}
-	if meta.IsStatusConditionTrue(conds, v1alpha1.ConditionPlaceholderAgentHealthy) {
+	if meta.IsStatusConditionTrue(conds, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
 		return false, 0
 	}
 	return true, 0
@@ -91,10 +87,10 @@ func (r *PoolReconciler) deleteIfNodeGone(ctx context.Context, pool *v1alpha1.Sa
 		}
 		return false, 0, fmt.Errorf("deleting pool %s of node %s, gone: %w", pool.Name, pool.Spec.NodeName, err)
 	}
-	since := meta.FindStatusCondition(conds, v1alpha1.ConditionNodeNotFound).LastTransitionTime.UTC().Format(time.RFC3339)
+	since := meta.FindStatusCondition(conds, v1alpha1.ConditionNodeNotFound.String()).LastTransitionTime.UTC().Format(time.RFC3339)
 	nodeGonePoolsDeleted.Inc()
 	logf.FromContext(ctx).Info("deleted the pool of a node that is gone", "since", since, "grace", grace)
-	r.Recorder.Eventf(classOf(pool), pool, corev1.EventTypeNormal, ReasonNodeGone, ActionDeletePool,
+	r.Recorder.Eventf(classOf(pool), pool, corev1.EventTypeNormal, EventReasonNodeGone, ActionDeletePool,
 		"Deleted pool %s: node %s has not existed since %s (--node-gone-grace %s) and its agent's Lease is not renewed; Lease %s/%s goes with it. The class creates the pool again if the node returns",
 		pool.Name, pool.Spec.NodeName, since, grace, r.LeaseNamespace, pool.Name)
 	return true, 0, nil

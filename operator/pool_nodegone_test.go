@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -26,8 +26,8 @@ import (
 func TestDecideNodeGone(t *testing.T) {
 	const grace = 2 * time.Minute
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	cond := func(typ string, s metav1.ConditionStatus, at time.Time) metav1.Condition {
-		return metav1.Condition{Type: typ, Status: s, LastTransitionTime: metav1.NewTime(at)}
+	cond := func(typ v1alpha1.ConditionType, s metav1.ConditionStatus, at time.Time) metav1.Condition {
+		return metav1.Condition{Type: typ.String(), Status: s, LastTransitionTime: metav1.NewTime(at)}
 	}
 	gone := cond(v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, t0)
 	agentDown := cond(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, t0.Add(-time.Hour))
@@ -189,7 +189,7 @@ func TestPoolOfGoneNodeDeletedAtDeadline(t *testing.T) {
 	if res := f.reconcile(t); res.RequeueAfter != time.Second {
 		t.Errorf("a second before the deadline, restarted: requeue after %s, want 1s", res.RequeueAfter)
 	}
-	if s := f.poolState(t); s != "present" || !f.leaseExists(t) || len(f.events.withReason(ReasonNodeGone)) > 0 {
+	if s := f.poolState(t); s != "present" || !f.leaseExists(t) || len(f.events.withReason(EventReasonNodeGone)) > 0 {
 		t.Fatalf("before the deadline: pool %s, lease %v, events %v; want nothing done", s, f.leaseExists(t), f.events.events)
 	}
 
@@ -216,7 +216,7 @@ func TestPoolOfGoneNodeDeletedAtDeadline(t *testing.T) {
 	if f.leaseExists(t) {
 		t.Error("the pool's Lease is still there")
 	}
-	evs := f.events.withReason(ReasonNodeGone)
+	evs := f.events.withReason(EventReasonNodeGone)
 	if len(evs) != 1 {
 		t.Fatalf("%d NodeGone events, want 1: %+v", len(evs), f.events.events)
 	}
@@ -249,7 +249,7 @@ func TestPoolOfGoneNodeKept(t *testing.T) {
 		if res := f.reconcile(t); res.RequeueAfter > 0 && res.RequeueAfter < time.Hour {
 			t.Errorf("requeue after %s for a pool whose node exists", res.RequeueAfter)
 		}
-		if s := f.poolState(t); s != "present" || !f.leaseExists(t) || len(f.events.withReason(ReasonNodeGone)) > 0 {
+		if s := f.poolState(t); s != "present" || !f.leaseExists(t) || len(f.events.withReason(EventReasonNodeGone)) > 0 {
 			t.Errorf("pool %s, lease %v, events %+v; want the pool and its Lease kept", s, f.leaseExists(t), f.events.events)
 		}
 	})
@@ -262,7 +262,7 @@ func TestPoolOfGoneNodeKept(t *testing.T) {
 			if err := f.c.Get(ctx, f.lease, &l); err != nil {
 				t.Fatal(err)
 			}
-			l.Spec.RenewTime = ptrMicro(at)
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(at))
 			if err := f.c.Update(ctx, &l); err != nil {
 				t.Fatal(err)
 			}
@@ -282,11 +282,6 @@ func TestPoolOfGoneNodeKept(t *testing.T) {
 			t.Errorf("pool %s at the Lease's expiry, past the deadline; want deleting", s)
 		}
 	})
-}
-
-func ptrMicro(t time.Time) *metav1.MicroTime {
-	m := metav1.NewMicroTime(t)
-	return &m
 }
 
 func nodeGoneDeletedCount(t *testing.T) float64 {

@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -56,17 +55,9 @@ func buildSnapshot(ctx context.Context, c client.Reader, s *schema.Schema, class
 			ResourcePolicy: *class.Spec.ResourcePolicy.DeepCopy(), PlaceholderPod: tmpl,
 		},
 	}
-	in, err := json.Marshal(&pool)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	out, err := s.Default(schema.KindSandboxPool, in)
+	defaulted, err := schema.DefaultAs(s, schema.KindSandboxPool, &pool)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("defaulting the pool snapshot of class %s: %w", class.Name, err)
-	}
-	var defaulted v1alpha1.SandboxPool
-	if err := json.Unmarshal(out, &defaulted); err != nil {
-		return Snapshot{}, fmt.Errorf("decoding the defaulted pool snapshot: %w", err)
 	}
 	return Snapshot{ResourcePolicy: defaulted.Spec.ResourcePolicy, PlaceholderPod: defaulted.Spec.PlaceholderPod}, nil
 }

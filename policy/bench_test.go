@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/policy"
@@ -45,7 +46,7 @@ func BenchmarkEvaluate(b *testing.B) {
 	ctx := context.Background()
 	statusUpdate := updateStatus(b, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 		st.PoolInfo.Zone = "z2"
-		setCondition(st, condition(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue))
+		meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionResizeInProgress.String(), metav1.ConditionTrue))
 	}))
 	for _, bm := range []struct {
 		name      string

@@ -10,7 +10,9 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
@@ -98,10 +100,10 @@ func TestEvaluate(t *testing.T) {
 		{name: "status by its node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.PoolInfo.Zone = "z2"
 			st.Resize = &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress}
-			setCondition(st, condition(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionResizeInProgress.String(), metav1.ConditionTrue))
 		}))},
 		{name: "status by its node's Lease identity", req: updateStatus(t, leaseServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
-			setCondition(st, condition(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionPlaceholderPodReady.String(), metav1.ConditionFalse))
 		})), want: []string{"status"}},
 		{name: "status by another node", req: updateStatus(t, kubelet("node-a"), withStatus("node-b"), withStatus("node-b")), want: []string{"status"},
 			msg: "status of pool placeholder-node-b may only be written by node node-b or the controller; caller system:node:node-a is neither"},
@@ -110,19 +112,19 @@ func TestEvaluate(t *testing.T) {
 			st.Phase = v1alpha1.PhaseDegraded
 		})), want: []string{"status.phase"}, msg: "status.phase: owned by the controller; node node-b"},
 		{name: "status controller conditions by node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
-			setCondition(st, condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse))
-			setCondition(st, condition(v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse))
 		})), want: []string{"status.conditions[type=NodeNotFound]", "status.conditions[type=PlaceholderAgentHealthy]"}},
 		{name: "status by controller", req: updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.Phase = v1alpha1.PhaseUnready
-			setCondition(st, condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse))
-			setCondition(st, condition(v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue))
 		}))},
 		{name: "status agent fields by controller", req: updateStatus(t, controller, withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.Phase = v1alpha1.PhaseDegraded
 			st.PoolInfo = nil
-			st.LastAppliedGeneration = ptr(int64(2))
-			setCondition(st, condition(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse))
+			st.LastAppliedGeneration = ptr.To(int64(2))
+			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionFalse))
 		})), want: []string{"status.conditions[type=NodeCtlHealthy]", "status.lastAppliedGeneration", "status.poolInfo"},
 			msg: "status.poolInfo: owned by the placeholder agent of node node-b; the controller"},
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -94,8 +95,6 @@ func condition(t string, s metav1.ConditionStatus) metav1.Condition {
 	return metav1.Condition{Type: t, Status: s, Reason: "Test", LastTransitionTime: metav1.Unix(1_800_000_000, 0)}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // withStatus is node's pool with a full status written by both owners.
 func withStatus(node string, mutate ...func(*v1alpha1.SandboxPoolStatus)) *v1alpha1.SandboxPool {
 	return newPool(node, func(p *v1alpha1.SandboxPool) {
@@ -103,29 +102,19 @@ func withStatus(node string, mutate ...func(*v1alpha1.SandboxPoolStatus)) *v1alp
 			Phase:                 v1alpha1.PhaseReady,
 			PlaceholderPod:        &v1alpha1.PlaceholderPodStatus{Name: poolName(node) + "-" + node, UID: "u1", Phase: "Running"},
 			PlaceholderAgent:      &v1alpha1.PlaceholderAgentStatus{Version: "v0.1.0"},
-			NodeCtl:               &v1alpha1.NodeCtlStatus{Connected: ptr(true)},
-			PoolInfo:              &v1alpha1.PoolInfo{Zone: "z1", AllocatableMemoryBytes: ptr(int64(8 << 30))},
-			LastAppliedGeneration: ptr(int64(1)),
+			NodeCtl:               &v1alpha1.NodeCtlStatus{Connected: ptr.To(true)},
+			PoolInfo:              &v1alpha1.PoolInfo{Zone: "z1", AllocatableMemoryBytes: ptr.To(int64(8 << 30))},
+			LastAppliedGeneration: ptr.To(int64(1)),
 			Conditions: []metav1.Condition{
-				condition(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue),
-				condition(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
-				condition(v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue),
+				condition(v1alpha1.ConditionPlaceholderPodReady.String(), metav1.ConditionTrue),
+				condition(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue),
+				condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue),
 			},
 		}
 		for _, m := range mutate {
 			m(&p.Status)
 		}
 	})
-}
-
-func setCondition(st *v1alpha1.SandboxPoolStatus, c metav1.Condition) {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == c.Type {
-			st.Conditions[i] = c
-			return
-		}
-	}
-	st.Conditions = append(st.Conditions, c)
 }
 
 func raw(t testing.TB, obj any) runtime.RawExtension {

@@ -6,25 +6,21 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/http"
-	"path/filepath"
-	"strings"
-	"sync/atomic"
-	"time"
+	"strconv"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema"
@@ -47,14 +43,6 @@ const (
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
 	MetricsPath = "/metrics"
-
-	// certPollInterval is how often Run looks for a missing certificate at start; once
-	// loaded, changes are picked up by file events (and certwatcher's own 10 s poll).
-	certPollInterval = time.Second
-	// shutdownGrace is how long in-flight requests get to finish on shutdown.
-	shutdownGrace = 10 * time.Second
-	// readHeaderTimeout bounds a client that opens a connection and sends nothing.
-	readHeaderTimeout = 10 * time.Second
 )
 
 // Options configure Run. DefaultOptions is the default install; empty addresses and cert
@@ -132,77 +120,119 @@ func NewEngine(ctx context.Context, o Options) (*policy.Engine, error) {
 	return e, nil
 }
 
-// Run serves the webhook until ctx is done, then shuts its servers down gracefully:
-//   - the admission Handler at ValidatePath over HTTPS on Addr (TLS 1.2 or later), with the
-//     certificate of CertDir reloaded whenever its files change;
-//   - /healthz (the process is up) and /readyz (the certificate is loaded and the pool
-//     inventory has synced) on HealthAddr;
-//   - /metrics on MetricsAddr: controller-runtime's registry, with the webhook's metrics,
-//     certwatcher's, client-go's and the Go runtime and process collectors.
-//
-// cfg reaches the API server for the cluster-wide SandboxPool informer that feeds the
-// policy's inventory. Run returns the first error of any server; nil after ctx is done.
+// Run serves the webhook until ctx is done, then shuts it down gracefully. It runs the
+// manager of NewManager; it returns the first error of any of its servers, nil after ctx
+// is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
 	opts = opts.withDefaults()
+	mgr, err := NewManager(ctx, cfg, opts, log)
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "addr", opts.Addr, "certDir", opts.CertDir, "healthAddr", opts.HealthAddr,
+		"metricsAddr", opts.MetricsAddr, "policyBundle", cmp.Or(opts.PolicyBundle, "embedded"))
+	err = mgr.Start(ctx)
+	log.Info("stopped", "error", errString(err))
+	return err
+}
+
+// NewManager builds the webhook's process as a controller-runtime manager:
+//   - its webhook server serves the admission Handler at ValidatePath over HTTPS on Addr
+//     (TLS 1.2 or later, HTTP/1.1), with the certificate of CertDir, which must exist at
+//     start and is reloaded whenever its files change (controller-runtime's certwatcher);
+//   - /healthz (the process is up) and /readyz (the webhook server answers TLS and the pool
+//     inventory has synced) on HealthAddr;
+//   - /metrics on MetricsAddr: controller-runtime's registry, with the webhook's metrics,
+//     the webhook server's, certwatcher's, client-go's and the Go runtime and process
+//     collectors;
+//   - its cache holds the cluster-wide SandboxPool informer that feeds the policy's
+//     inventory, reached through cfg.
+func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) (manager.Manager, error) {
+	opts = opts.withDefaults()
+	host, port, err := splitAddr(opts.Addr)
+	if err != nil {
+		return nil, err
+	}
 	s, err := schema.Compiled()
 	if err != nil {
-		return fmt.Errorf("compiling the schema: %w", err)
+		return nil, fmt.Errorf("compiling the schema: %w", err)
 	}
 	engine, err := NewEngine(ctx, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	handler, err := NewHandler(NewValidator(s, engine), ctrlmetrics.Registry, log.WithName("admission"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := registerRuntimeMetrics(ctrlmetrics.Registry); err != nil {
-		return err
+		return nil, err
 	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme: scheme,
+		Logger: log,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host: host, Port: port, CertDir: opts.CertDir, CertName: CertFile, KeyName: KeyFile,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+				c.MinVersion = tls.VersionTLS12
+				// HTTP/1.1 only: HTTP/2 is off in controller-runtime webhooks since the rapid-reset
+				// attacks (CVE-2023-44487), but the server offers it unless told otherwise.
+				c.NextProtos = []string{"http/1.1"}
+			}},
+		}),
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress: opts.HealthAddr,
+		LivenessEndpointName:   HealthzPath,
+		ReadinessEndpointName:  ReadyzPath,
+		Cache:                  cache.Options{DefaultTransform: trimPool},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	server := mgr.GetWebhookServer() // adds the server to the manager's runnables
+	server.Register(ValidatePath, handler)
+
 	inv := NewInventory(engine, log.WithName("inventory"))
-	pools, err := newPoolCache(ctx, cfg, inv)
+	informer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.SandboxPool{})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("creating the SandboxPool informer: %w", err)
 	}
-	certs := &certificates{dir: opts.CertDir}
-
-	webhookLn, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return fmt.Errorf("listening for admission reviews: %w", err)
+	if err := inv.Register(informer); err != nil {
+		return nil, fmt.Errorf("registering the pool inventory: %w", err)
 	}
-	healthLn, err := net.Listen("tcp", opts.HealthAddr)
-	if err != nil {
-		webhookLn.Close()
-		return fmt.Errorf("listening for health checks: %w", err)
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
 	}
-	metricsLn, err := net.Listen("tcp", opts.MetricsAddr)
-	if err != nil {
-		webhookLn.Close()
-		healthLn.Close()
-		return fmt.Errorf("listening for metrics: %w", err)
+	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return nil, err
 	}
-
-	log.Info("starting", "addr", opts.Addr, "certDir", opts.CertDir, "healthAddr", opts.HealthAddr,
-		"metricsAddr", opts.MetricsAddr, "policyBundle", cmp.Or(opts.PolicyBundle, "embedded"))
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return serve(ctx, newServer(healthMux(certs.loaded, inv.HasSynced), log), healthLn)
-	})
-	g.Go(func() error {
-		mux := http.NewServeMux()
-		mux.Handle(MetricsPath, promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}))
-		return serve(ctx, newServer(mux, log), metricsLn)
-	})
-	g.Go(func() error {
-		if err := pools.Start(ctx); err != nil {
-			return fmt.Errorf("running the SandboxPool informer: %w", err)
+	// Until the inventory has every pool, a CREATE could miss a conflicting one.
+	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
+		if !inv.HasSynced() {
+			return errors.New("pool inventory not synced")
 		}
 		return nil
-	})
-	g.Go(func() error { return serveWebhook(ctx, webhookLn, certs, handler, log) })
-	err = g.Wait()
-	log.Info("stopped", "error", errString(err))
-	return err
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// splitAddr splits the --addr of the webhook server into its host and port.
+func splitAddr(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("--addr %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("--addr %q: the port must be a number from 1 to 65535", addr)
+	}
+	return host, port, nil
 }
 
 func errString(err error) string {
@@ -212,37 +242,16 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// registerRuntimeMetrics adds the Go runtime and process collectors (a manager would;
-// the webhook runs without one), with the options controller-runtime's controller package
-// registers them with: in a process that links that package too, the registration is then
-// the same collector again, not a clash of descriptors.
+// registerRuntimeMetrics adds the Go runtime and process collectors, with the options
+// controller-runtime's controller package registers them with: the webhook runs no
+// controller, and in a process that does, the registration is the same collector again,
+// not a clash of descriptors.
 func registerRuntimeMetrics(reg prometheus.Registerer) error {
 	if _, err := register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
 	_, err := register(reg, collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)))
 	return err
-}
-
-// newPoolCache is a cache with one cluster-wide SandboxPool informer, inv registered on
-// it. The cache keeps only what the inventory reads (no status, no managed fields).
-func newPoolCache(ctx context.Context, cfg *rest.Config, inv *Inventory) (cache.Cache, error) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("building the scheme: %w", err)
-	}
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultTransform: trimPool})
-	if err != nil {
-		return nil, fmt.Errorf("creating the SandboxPool cache: %w", err)
-	}
-	informer, err := c.GetInformer(ctx, &v1alpha1.SandboxPool{})
-	if err != nil {
-		return nil, fmt.Errorf("creating the SandboxPool informer: %w", err)
-	}
-	if err := inv.Register(informer); err != nil {
-		return nil, fmt.Errorf("registering the pool inventory: %w", err)
-	}
-	return c, nil
 }
 
 var _ PoolInformer = cache.Informer(nil)
@@ -255,128 +264,4 @@ func trimPool(obj any) (any, error) {
 		p.Status = v1alpha1.SandboxPoolStatus{}
 	}
 	return obj, nil
-}
-
-// certificates is the webhook's serving certificate, loaded from dir and reloaded by a
-// certwatcher whenever tls.crt or tls.key changes.
-type certificates struct {
-	dir     string
-	watcher atomic.Pointer[certwatcher.CertWatcher] // nil until the first load
-}
-
-// load waits until the certificate in dir can be read (a Secret may be mounted late),
-// then returns its watcher; Start the watcher to reload on change.
-func (c *certificates) load(ctx context.Context, log logr.Logger) (*certwatcher.CertWatcher, error) {
-	certPath, keyPath := filepath.Join(c.dir, CertFile), filepath.Join(c.dir, KeyFile)
-	var w *certwatcher.CertWatcher
-	attempts := 0
-	err := wait.PollUntilContextCancel(ctx, certPollInterval, true, func(context.Context) (bool, error) {
-		var err error
-		if w, err = certwatcher.New(certPath, keyPath); err != nil {
-			// Say it once at the default level, then only at V(1) every poll.
-			log.V(min(attempts, 1)).Info("waiting for the serving certificate", "cert", certPath, "key", keyPath, "error", err.Error())
-			attempts++
-			return false, nil
-		}
-		return true, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("loading the serving certificate from %s: %w", c.dir, err)
-	}
-	c.watcher.Store(w)
-	return w, nil
-}
-
-// loaded reports whether a certificate has been loaded.
-func (c *certificates) loaded() bool { return c.watcher.Load() != nil }
-
-// serveWebhook serves h at ValidatePath over TLS on ln with the certificate of certs,
-// reloaded on change, until ctx is done.
-func serveWebhook(ctx context.Context, ln net.Listener, certs *certificates, h http.Handler, log logr.Logger) error {
-	w, err := certs.load(ctx, log)
-	if err != nil {
-		ln.Close()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := w.Start(ctx); err != nil {
-			return fmt.Errorf("watching the serving certificate: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		mux := http.NewServeMux()
-		mux.Handle(ValidatePath, h)
-		srv := newServer(mux, log)
-		// No NextProtos: HTTP/1.1 only, as controller-runtime webhooks default to since
-		// the HTTP/2 rapid-reset attacks (CVE-2023-44487).
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.GetCertificate}
-		return serve(ctx, srv, tls.NewListener(ln, srv.TLSConfig))
-	})
-	return g.Wait()
-}
-
-// healthMux serves /healthz (always ok while the process serves) and /readyz (ok once
-// the certificate is loaded and the inventory synced).
-func healthMux(certLoaded, inventorySynced func() bool) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc(HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc(ReadyzPath, func(w http.ResponseWriter, _ *http.Request) {
-		var missing []string
-		if !certLoaded() {
-			missing = append(missing, "serving certificate not loaded")
-		}
-		if !inventorySynced() {
-			missing = append(missing, "pool inventory not synced")
-		}
-		if len(missing) > 0 {
-			http.Error(w, strings.Join(missing, "; "), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	return mux
-}
-
-func newServer(h http.Handler, log logr.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          stdlog.New(logWriter{log.WithName("http")}, "", 0),
-	}
-}
-
-// serve runs srv on ln until ctx is done, then shuts it down, letting in-flight requests
-// finish for up to shutdownGrace.
-func serve(ctx context.Context, srv *http.Server, ln net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutting down the server on %s: %w", ln.Addr(), err)
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
-	}
-	return nil
-}
-
-// logWriter sends net/http's error log (TLS handshake failures and the like) to logr.
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.V(1).Info(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

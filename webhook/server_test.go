@@ -10,10 +10,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,108 +98,101 @@ func servedCert(ctx context.Context, addr string, maxVersion uint16) ([]byte, er
 	return conn.(*tls.Conn).ConnectionState().PeerCertificates[0].Raw, nil
 }
 
-// TestServeWebhookCertificateReload starts the webhook's TLS listener before its
-// certificate exists, then installs certificate A and rotates to B: the server picks
-// each up without a restart.
-func TestServeWebhookCertificateReload(t *testing.T) {
+// run is a webhook started by startRun: err is Run's result once done is closed.
+type run struct {
+	opts Options
+	done chan struct{}
+	err  error
+}
+
+// startRun runs the webhook against a fake API server with the certificate in certDir;
+// it is stopped when t ends.
+func startRun(t *testing.T, certDir string) *run {
+	t.Helper()
+	api := fakeAPIServer(t)
+	r := &run{opts: DefaultOptions(), done: make(chan struct{})}
+	r.opts.Addr, r.opts.HealthAddr, r.opts.MetricsAddr, r.opts.CertDir = freeAddr(t), freeAddr(t), freeAddr(t), certDir
+	ctx, stop := context.WithCancel(context.Background())
+	go func() {
+		defer close(r.done)
+		r.err = Run(ctx, &rest.Config{Host: api.URL}, r.opts, logr.Discard())
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-r.done:
+		case <-time.After(time.Minute):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return r
+}
+
+// TestCertificateReload: the webhook serves certificate A from the cert dir, then B once
+// the Secret rotates, without a restart; TLS below 1.2 and HTTP/2 are refused.
+func TestCertificateReload(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	certs := &certificates{dir: dir}
-	serveCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- serveWebhook(serveCtx, ln, certs, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = w.Write([]byte("reviewed"))
-		}), logr.Discard())
-	}()
+	a, b := newTestCert(t, "cert-a"), newTestCert(t, "cert-b")
+	a.install(t, dir)
+	r := startRun(t, dir)
+	opts := r.opts
 
-	if certs.loaded() {
-		t.Fatal("certificate loaded before it was written")
-	}
 	waitForCert := func(c testCert, name string) {
 		t.Helper()
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			select {
+			case <-r.done:
+				return false, fmt.Errorf("Run returned %v", r.err)
+			default:
+			}
 			dialCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			got, err := servedCert(dialCtx, addr, 0)
+			got, err := servedCert(dialCtx, opts.Addr, 0)
 			last = err
 			return err == nil && bytes.Equal(got, c.der), nil
 		})
 		if err != nil {
-			t.Fatalf("certificate %s never served (last dial error: %v)", name, last)
+			t.Fatalf("certificate %s never served: %v (last dial error: %v)", name, err, last)
 		}
 	}
-
-	a, b := newTestCert(t, "cert-a"), newTestCert(t, "cert-b")
-	a.install(t, dir)
 	waitForCert(a, "A")
-	if !certs.loaded() {
-		t.Error("certificate served but not reported loaded")
-	}
 
-	// The admission handler is served at ValidatePath.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
-	resp, err := client.Post("https://"+addr+ValidatePath, "application/json", strings.NewReader("{}"))
+	// TLS 1.1 is refused, TLS 1.2 accepted.
+	if _, err := servedCert(ctx, opts.Addr, tls.VersionTLS11); err == nil || !strings.Contains(err.Error(), "protocol version") {
+		t.Errorf("TLS 1.1 handshake: %v, want the server's protocol version alert", err)
+	}
+	if _, err := servedCert(ctx, opts.Addr, tls.VersionTLS12); err != nil {
+		t.Errorf("TLS 1.2 handshake: %v", err)
+	}
+	// A client that offers HTTP/2 first gets HTTP/1.1.
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}} //nolint:gosec // the test reads the negotiated protocol
+	conn, err := d.DialContext(ctx, "tcp", opts.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("POST %s = %d, want 200", ValidatePath, resp.StatusCode)
+	if p := conn.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+		t.Errorf("negotiated protocol %q, want http/1.1", p)
 	}
-	client.CloseIdleConnections()
-
-	// TLS 1.1 is refused, TLS 1.2 accepted.
-	if _, err := servedCert(ctx, addr, tls.VersionTLS11); err == nil || !strings.Contains(err.Error(), "protocol version") {
-		t.Errorf("TLS 1.1 handshake: %v, want the server's protocol version alert", err)
-	}
-	if _, err := servedCert(ctx, addr, tls.VersionTLS12); err != nil {
-		t.Errorf("TLS 1.2 handshake: %v", err)
-	}
+	conn.Close()
 
 	b.install(t, dir)
 	waitForCert(b, "B")
-
-	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serveWebhook returned %v after cancel, want nil", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("serveWebhook did not stop after cancel")
-	}
 }
 
-func TestHealthMux(t *testing.T) {
-	for _, tt := range []struct {
-		cert, synced bool
-		want         int
-		body         string
-	}{
-		{false, false, http.StatusServiceUnavailable, "serving certificate not loaded; pool inventory not synced"},
-		{true, false, http.StatusServiceUnavailable, "pool inventory not synced"},
-		{false, true, http.StatusServiceUnavailable, "serving certificate not loaded"},
-		{true, true, http.StatusOK, "ok"},
-	} {
-		mux := healthMux(func() bool { return tt.cert }, func() bool { return tt.synced })
-		for path, want := range map[string]int{HealthzPath: http.StatusOK, ReadyzPath: tt.want} {
-			w := httptest.NewRecorder()
-			mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
-			if w.Code != want {
-				t.Errorf("cert=%v synced=%v: GET %s = %d, want %d", tt.cert, tt.synced, path, w.Code, want)
-			}
-			if path == ReadyzPath && !strings.Contains(w.Body.String(), tt.body) {
-				t.Errorf("cert=%v synced=%v: GET %s body %q, want %q", tt.cert, tt.synced, path, w.Body.String(), tt.body)
-			}
+// TestRunWithoutCertificate: a cert dir without the certificate stops the webhook with an
+// error that names the file.
+func TestRunWithoutCertificate(t *testing.T) {
+	r := startRun(t, t.TempDir())
+	select {
+	case <-r.done:
+		if r.err == nil || !strings.Contains(r.err.Error(), CertFile) {
+			t.Errorf("Run returned %v, want an error naming %s", r.err, CertFile)
 		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still runs without a certificate")
 	}
 }
 
@@ -210,6 +202,8 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		"missing bundle":          {PolicyBundle: filepath.Join(t.TempDir(), "nope"), ControllerUsernames: []string{"c"}},
 		"no controller identity":  {},
 		"controller and operator": {ControllerUsernames: []string{"c"}, OperatorUsernames: []string{"c"}},
+		"address without a port":  {Addr: "127.0.0.1", ControllerUsernames: []string{"c"}},
+		"port zero":               {Addr: ":0", ControllerUsernames: []string{"c"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
@@ -199,7 +199,7 @@ func (k *kubelet) kill(ctx context.Context, key string, cur mirror) error {
 	if s := k.agents(cur.pod.Spec.NodeName); s != nil {
 		_, _ = s.Shutdown(ctx, &v1.ShutdownRequest{Identity: identity(cur.pod)})
 	}
-	err := k.client.Delete(ctx, cur.pod, client.GracePeriodSeconds(0), client.Preconditions{UID: ptrUID(cur.pod.UID)})
+	err := k.client.Delete(ctx, cur.pod, client.GracePeriodSeconds(0), client.Preconditions{UID: ptr.To(cur.pod.UID)})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return err
 	}
@@ -208,8 +208,6 @@ func (k *kubelet) kill(ctx context.Context, key string, cur mirror) error {
 	k.mu.Unlock()
 	return nil
 }
-
-func ptrUID(u types.UID) *types.UID { return &u }
 
 func identity(pod *corev1.Pod) *v1.Identity {
 	uid := string(pod.UID)

@@ -240,6 +240,26 @@ func (f File) Verify() error {
 // or parsed is left out of the files and reported in the errors. A missing dir has no
 // manifests.
 func List(dir string) ([]File, []error) {
+	return readDir(dir, func(string) bool { return true })
+}
+
+// Pieces reads the manifests of pool in dir, in piece order: each file whose name has
+// FileKey(pool) and whose annotation names pool. A file that cannot be read or parsed is
+// left out and reported in the errors. A missing dir has no manifests.
+func Pieces(dir, pool string) ([]File, []error) {
+	all, errs := readDir(dir, func(key string) bool { return key == FileKey(pool) })
+	var files []File
+	for _, f := range all {
+		if f.PoolName == pool {
+			files = append(files, f)
+		}
+	}
+	slices.SortFunc(files, func(a, b File) int { return a.Piece - b.Piece })
+	return files, errs
+}
+
+// readDir reads the manifests in dir whose file key passes want, in name order.
+func readDir(dir string, want func(key string) bool) ([]File, []error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -252,7 +272,7 @@ func List(dir string) ([]File, []error) {
 		errs  []error
 	)
 	for _, e := range entries {
-		if _, ok := PoolFromFileName(e.Name()); !ok {
+		if key, ok := PoolFromFileName(e.Name()); !ok || !want(key) {
 			continue
 		}
 		f, err := Read(filepath.Join(dir, e.Name()))
@@ -262,37 +282,6 @@ func List(dir string) ([]File, []error) {
 		}
 		files = append(files, f)
 	}
-	return files, errs
-}
-
-// Pieces reads the manifests of pool in dir, in piece order: each file whose name has
-// FileKey(pool) and whose annotation names pool. A file that cannot be read or parsed is
-// left out and reported in the errors. A missing dir has no manifests.
-func Pieces(dir, pool string) ([]File, []error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, []error{fmt.Errorf("listing manifests in %s: %w", dir, err)}
-	}
-	var (
-		files []File
-		errs  []error
-	)
-	for _, e := range entries {
-		if key, _, ok := ParseFileName(e.Name()); !ok || key != FileKey(pool) {
-			continue
-		}
-		f, err := Read(filepath.Join(dir, e.Name()))
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case f.PoolName == pool:
-			files = append(files, f)
-		}
-	}
-	slices.SortFunc(files, func(a, b File) int { return a.Piece - b.Piece })
 	return files, errs
 }
 

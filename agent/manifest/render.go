@@ -42,7 +42,7 @@ const header = "# Placeholder pod of a SandboxPool, written by placeholder-agent
 //     enableServiceLinks and automountServiceAccountToken false (the pause container needs
 //     neither, and a mirror pod may not use a service account);
 //     terminationGracePeriodSeconds 0: the container is the pause image run by a shim with
-//     no process, there is nothing to drain, and a resize rebuilds the pod without waiting;
+//     no process, there is nothing to drain, and a replaced piece stops without waiting;
 //   - one container, ContainerName, running s.Image (imagePullPolicy IfNotPresent), with
 //     requests and limits both equal to s.Resources.
 //

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/agentcube/sandboxpool/schema/corpus"
@@ -29,7 +31,12 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Getenv(fakeRunnerEnv) != "" {
-		select {}
+		// Block until a signal, as `demo serve` does (a bare select{} is a deadlock the
+		// runtime kills when cgo is off, as make test builds).
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+		<-stop
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

@@ -56,35 +56,6 @@ import (
 // Unready (the 5-minute rule). Compute uses it when Input.NodeCtlUnreadyAfter is not positive.
 const DefaultNodeCtlUnreadyAfter = 5 * time.Minute
 
-// Reason is a CamelCase machine-readable reason for a phase, fit for an event reason or a
-// condition reason.
-type Reason string
-
-// Reasons, one per row of the table (rules 2 to 4 share ReasonAgentLeaseExpired; the Rule
-// number in the Result tells them apart).
-const (
-	// ReasonNodeNotFound: the pool's node does not exist (rule 1).
-	ReasonNodeNotFound Reason = "NodeNotFound"
-	// ReasonAgentLeaseExpired: the node's placeholder-agent stopped renewing its Lease
-	// (rules 2, 3 and 4).
-	ReasonAgentLeaseExpired Reason = "AgentLeaseExpired"
-	// ReasonNeverReady: the placeholder pod is not ready and the pool has never been Ready
-	// (rule 5).
-	ReasonNeverReady Reason = "NeverReady"
-	// ReasonPodNotReady: the placeholder pod is no longer ready (rule 6).
-	ReasonPodNotReady Reason = "PodNotReady"
-	// ReasonNodeCtlDown: node-ctl is down, for less than NodeCtlUnreadyAfter (rule 7).
-	ReasonNodeCtlDown Reason = "NodeCtlDown"
-	// ReasonNodeCtlDownTooLong: node-ctl has been down for NodeCtlUnreadyAfter or longer
-	// (rule 8).
-	ReasonNodeCtlDownTooLong Reason = "NodeCtlDownTooLong"
-	// ReasonResourceNotSynced: node-ctl or the placeholder pods do not run the pool's
-	// resources, and no resize in progress or deferred explains it (rule 9).
-	ReasonResourceNotSynced Reason = "ResourceNotSynced"
-	// ReasonAllHealthy: nothing is wrong (rule 10).
-	ReasonAllHealthy Reason = "AllHealthy"
-)
-
 // Rule numbers, the rows of the table in the package documentation.
 const (
 	RuleNodeNotFound             = 1
@@ -102,18 +73,18 @@ const (
 // outcomes holds the phase and reason of each rule, indexed by rule number.
 var outcomes = [...]struct {
 	phase  v1alpha1.SandboxPoolPhase
-	reason Reason
+	reason v1alpha1.PhaseReason
 }{
-	RuleNodeNotFound:             {v1alpha1.PhaseUnready, ReasonNodeNotFound},
-	RuleAgentUnhealthyNeverReady: {v1alpha1.PhasePending, ReasonAgentLeaseExpired},
-	RuleAgentUnhealthyWasReady:   {v1alpha1.PhaseUnready, ReasonAgentLeaseExpired},
-	RuleAgentUnhealthyPodReady:   {v1alpha1.PhaseDegraded, ReasonAgentLeaseExpired},
-	RulePodNotReadyNeverReady:    {v1alpha1.PhasePending, ReasonNeverReady},
-	RulePodNotReadyWasReady:      {v1alpha1.PhaseUnready, ReasonPodNotReady},
-	RuleNodeCtlDown:              {v1alpha1.PhaseDegraded, ReasonNodeCtlDown},
-	RuleNodeCtlDownTooLong:       {v1alpha1.PhaseUnready, ReasonNodeCtlDownTooLong},
-	RuleResourceNotSynced:        {v1alpha1.PhaseDegraded, ReasonResourceNotSynced},
-	RuleAllHealthy:               {v1alpha1.PhaseReady, ReasonAllHealthy},
+	RuleNodeNotFound:             {v1alpha1.PhaseUnready, v1alpha1.PhaseReasonNodeNotFound},
+	RuleAgentUnhealthyNeverReady: {v1alpha1.PhasePending, v1alpha1.PhaseReasonAgentLeaseExpired},
+	RuleAgentUnhealthyWasReady:   {v1alpha1.PhaseUnready, v1alpha1.PhaseReasonAgentLeaseExpired},
+	RuleAgentUnhealthyPodReady:   {v1alpha1.PhaseDegraded, v1alpha1.PhaseReasonAgentLeaseExpired},
+	RulePodNotReadyNeverReady:    {v1alpha1.PhasePending, v1alpha1.PhaseReasonNeverReady},
+	RulePodNotReadyWasReady:      {v1alpha1.PhaseUnready, v1alpha1.PhaseReasonPodNotReady},
+	RuleNodeCtlDown:              {v1alpha1.PhaseDegraded, v1alpha1.PhaseReasonNodeCtlDown},
+	RuleNodeCtlDownTooLong:       {v1alpha1.PhaseUnready, v1alpha1.PhaseReasonNodeCtlDownTooLong},
+	RuleResourceNotSynced:        {v1alpha1.PhaseDegraded, v1alpha1.PhaseReasonResourceNotSynced},
+	RuleAllHealthy:               {v1alpha1.PhaseReady, v1alpha1.PhaseReasonAllHealthy},
 }
 
 // Input is everything the phase depends on.
@@ -138,8 +109,8 @@ type Result struct {
 	Phase v1alpha1.SandboxPoolPhase
 	// Rule is the row of the table that matched, 1 to 10, for events and debugging.
 	Rule int
-	// Reason is the CamelCase reason of the matched rule.
-	Reason Reason
+	// Reason is the reason of the matched rule.
+	Reason v1alpha1.PhaseReason
 	// RequeueAfter is positive when the phase will change with time alone (rule 7: node-ctl
 	// down, not yet for NodeCtlUnreadyAfter): the time until that boundary. Zero otherwise.
 	RequeueAfter time.Duration
@@ -165,12 +136,12 @@ func Compute(in Input) Result {
 func match(in Input) (rule int, requeueAfter time.Duration) {
 	conds := in.Conditions
 	// The pod is ready only on an explicit True; missing or Unknown is not ready.
-	podReady := meta.IsStatusConditionTrue(conds, v1alpha1.ConditionPlaceholderPodReady)
+	podReady := meta.IsStatusConditionTrue(conds, v1alpha1.ConditionPlaceholderPodReady.String())
 
 	switch {
-	case meta.IsStatusConditionTrue(conds, v1alpha1.ConditionNodeNotFound):
+	case meta.IsStatusConditionTrue(conds, v1alpha1.ConditionNodeNotFound.String()):
 		return RuleNodeNotFound, 0
-	case meta.IsStatusConditionFalse(conds, v1alpha1.ConditionPlaceholderAgentHealthy):
+	case meta.IsStatusConditionFalse(conds, v1alpha1.ConditionPlaceholderAgentHealthy.String()):
 		switch {
 		case podReady:
 			return RuleAgentUnhealthyPodReady, 0
@@ -185,16 +156,16 @@ func match(in Input) (rule int, requeueAfter time.Duration) {
 		return RulePodNotReadyNeverReady, 0
 	}
 
-	if nodeCtl := meta.FindStatusCondition(conds, v1alpha1.ConditionNodeCtlHealthy); nodeCtl != nil && nodeCtl.Status == metav1.ConditionFalse {
+	if nodeCtl := meta.FindStatusCondition(conds, v1alpha1.ConditionNodeCtlHealthy.String()); nodeCtl != nil && nodeCtl.Status == metav1.ConditionFalse {
 		if left, known := graceLeft(in, nodeCtl); known && left > 0 {
 			return RuleNodeCtlDown, left
 		}
 		return RuleNodeCtlDownTooLong, 0
 	}
 
-	if meta.IsStatusConditionFalse(conds, v1alpha1.ConditionResourceSynced) &&
-		!meta.IsStatusConditionTrue(conds, v1alpha1.ConditionResizeInProgress) &&
-		!meta.IsStatusConditionTrue(conds, v1alpha1.ConditionResizeDeferred) {
+	if meta.IsStatusConditionFalse(conds, v1alpha1.ConditionResourceSynced.String()) &&
+		!meta.IsStatusConditionTrue(conds, v1alpha1.ConditionResizeInProgress.String()) &&
+		!meta.IsStatusConditionTrue(conds, v1alpha1.ConditionResizeDeferred.String()) {
 		return RuleResourceNotSynced, 0
 	}
 	return RuleAllHealthy, 0

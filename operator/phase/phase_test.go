@@ -21,8 +21,8 @@ func ago(d time.Duration) *metav1.Time {
 }
 
 // cond is a condition of the given type and status that turned at t0-10h unless set later.
-func cond(typ string, status metav1.ConditionStatus) metav1.Condition {
-	return metav1.Condition{Type: typ, Status: status, Reason: "Test", LastTransitionTime: *ago(10 * time.Hour)}
+func cond(typ v1alpha1.ConditionType, status metav1.ConditionStatus) metav1.Condition {
+	return metav1.Condition{Type: typ.String(), Status: status, Reason: "Test", LastTransitionTime: *ago(10 * time.Hour)}
 }
 
 // conds is a condition list built from type=status pairs; a missing type is simply absent.
@@ -76,12 +76,12 @@ next:
 }
 
 // without removes the conditions of the given types.
-func without(base []metav1.Condition, types ...string) []metav1.Condition {
+func without(base []metav1.Condition, types ...v1alpha1.ConditionType) []metav1.Condition {
 	var out []metav1.Condition
 	for _, c := range base {
 		keep := true
 		for _, t := range types {
-			keep = keep && c.Type != t
+			keep = keep && c.Type != t.String()
 		}
 		if keep {
 			out = append(out, c)
@@ -93,7 +93,7 @@ func without(base []metav1.Condition, types ...string) []metav1.Condition {
 type want struct {
 	phase     v1alpha1.SandboxPoolPhase
 	rule      int
-	reason    Reason
+	reason    v1alpha1.PhaseReason
 	requeue   time.Duration
 	everReady bool
 }
@@ -115,201 +115,201 @@ func TestCompute(t *testing.T) {
 		// One case per row.
 		{"rule 1 NodeNotFound=True is Unready",
 			Input{Conditions: healthy(nodeNotFound(T)), EverReady: true},
-			want{unready, 1, ReasonNodeNotFound, 0, true}},
+			want{unready, 1, v1alpha1.PhaseReasonNodeNotFound, 0, true}},
 		{"rule 2 agent unhealthy and pod not ready, never Ready, is Pending",
 			Input{Conditions: healthy(agentHealthy(F), podReady(F))},
-			want{pending, 2, ReasonAgentLeaseExpired, 0, false}},
+			want{pending, 2, v1alpha1.PhaseReasonAgentLeaseExpired, 0, false}},
 		{"rule 3 agent unhealthy and pod not ready, was Ready, is Unready",
 			Input{Conditions: healthy(agentHealthy(F), podReady(F)), EverReady: true},
-			want{unready, 3, ReasonAgentLeaseExpired, 0, true}},
+			want{unready, 3, v1alpha1.PhaseReasonAgentLeaseExpired, 0, true}},
 		{"rule 4 agent unhealthy and pod ready is Degraded",
 			Input{Conditions: healthy(agentHealthy(F))},
-			want{degraded, 4, ReasonAgentLeaseExpired, 0, false}},
+			want{degraded, 4, v1alpha1.PhaseReasonAgentLeaseExpired, 0, false}},
 		{"rule 5 pod not ready, never Ready, is Pending",
 			Input{Conditions: healthy(podReady(F))},
-			want{pending, 5, ReasonNeverReady, 0, false}},
+			want{pending, 5, v1alpha1.PhaseReasonNeverReady, 0, false}},
 		{"rule 6 pod not ready, was Ready, is Unready",
 			Input{Conditions: healthy(podReady(F)), EverReady: true},
-			want{unready, 6, ReasonPodNotReady, 0, true}},
+			want{unready, 6, v1alpha1.PhaseReasonPodNotReady, 0, true}},
 		{"rule 7 nodeCtl down 1m is Degraded and requeues at the 5m boundary",
 			Input{Conditions: healthy(nodeCtlDownAt(time.Minute)), NodeCtlDownSince: ago(time.Minute)},
-			want{degraded, 7, ReasonNodeCtlDown, 4 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 4 * time.Minute, false}},
 		{"rule 8 nodeCtl down 10m is Unready",
 			Input{Conditions: healthy(nodeCtlDownAt(10 * time.Minute)), NodeCtlDownSince: ago(10 * time.Minute)},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 9 ResourceSynced=False is Degraded",
 			Input{Conditions: healthy(resourceSynced(F))},
-			want{degraded, 9, ReasonResourceNotSynced, 0, false}},
+			want{degraded, 9, v1alpha1.PhaseReasonResourceNotSynced, 0, false}},
 		{"rule 10 all healthy is Ready and sets EverReady",
 			Input{Conditions: healthy()},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 
 		// Missing and Unknown conditions.
 		{"rule 5 missing: a brand-new pool with no conditions is Pending, not Ready",
 			Input{},
-			want{pending, 5, ReasonNeverReady, 0, false}},
+			want{pending, 5, v1alpha1.PhaseReasonNeverReady, 0, false}},
 		{"rule 5 missing PlaceholderPodReady means pod not ready",
 			Input{Conditions: without(healthy(), v1alpha1.ConditionPlaceholderPodReady)},
-			want{pending, 5, ReasonNeverReady, 0, false}},
+			want{pending, 5, v1alpha1.PhaseReasonNeverReady, 0, false}},
 		{"rule 5 Unknown PlaceholderPodReady means pod not ready",
 			Input{Conditions: healthy(podReady(U))},
-			want{pending, 5, ReasonNeverReady, 0, false}},
+			want{pending, 5, v1alpha1.PhaseReasonNeverReady, 0, false}},
 		{"rule 6 missing PlaceholderPodReady after Ready is Unready",
 			Input{Conditions: without(healthy(), v1alpha1.ConditionPlaceholderPodReady), EverReady: true},
-			want{unready, 6, ReasonPodNotReady, 0, true}},
+			want{unready, 6, v1alpha1.PhaseReasonPodNotReady, 0, true}},
 		{"rule 2 agent unhealthy and PlaceholderPodReady missing is Pending",
 			Input{Conditions: without(healthy(agentHealthy(F)), v1alpha1.ConditionPlaceholderPodReady)},
-			want{pending, 2, ReasonAgentLeaseExpired, 0, false}},
+			want{pending, 2, v1alpha1.PhaseReasonAgentLeaseExpired, 0, false}},
 		{"rule 3 agent unhealthy and PlaceholderPodReady Unknown after Ready is Unready",
 			Input{Conditions: healthy(agentHealthy(F), podReady(U)), EverReady: true},
-			want{unready, 3, ReasonAgentLeaseExpired, 0, true}},
+			want{unready, 3, v1alpha1.PhaseReasonAgentLeaseExpired, 0, true}},
 		{"rule 10 missing PlaceholderAgentHealthy (no lease info yet) does not demote",
 			Input{Conditions: without(healthy(), v1alpha1.ConditionPlaceholderAgentHealthy)},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 Unknown PlaceholderAgentHealthy does not demote",
 			Input{Conditions: healthy(agentHealthy(U))},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 5 Unknown PlaceholderAgentHealthy with pod not ready is not rule 2",
 			Input{Conditions: healthy(agentHealthy(U), podReady(F))},
-			want{pending, 5, ReasonNeverReady, 0, false}},
+			want{pending, 5, v1alpha1.PhaseReasonNeverReady, 0, false}},
 		{"rule 10 missing NodeNotFound does not demote",
 			Input{Conditions: without(healthy(), v1alpha1.ConditionNodeNotFound)},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 Unknown NodeNotFound does not demote",
 			Input{Conditions: healthy(nodeNotFound(U))},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 missing NodeCtlHealthy does not demote",
 			Input{Conditions: without(healthy(), v1alpha1.ConditionNodeCtlHealthy)},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 Unknown NodeCtlHealthy does not demote even with an old downSince",
 			Input{Conditions: healthy(nodeCtlHealthy(U)), NodeCtlDownSince: ago(time.Hour)},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 NodeCtlHealthy=True ignores a stale downSince",
 			Input{Conditions: healthy(), NodeCtlDownSince: ago(time.Hour)},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 missing ResourceSynced does not demote",
 			Input{Conditions: without(healthy(), v1alpha1.ConditionResourceSynced)},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 Unknown ResourceSynced does not demote",
 			Input{Conditions: healthy(resourceSynced(U))},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 9 ResourceSynced=False with ResizeDeferred Unknown is Degraded",
 			Input{Conditions: healthy(resourceSynced(F), resizeDeferred(U))},
-			want{degraded, 9, ReasonResourceNotSynced, 0, false}},
+			want{degraded, 9, v1alpha1.PhaseReasonResourceNotSynced, 0, false}},
 		{"rule 9 ResourceSynced=False with ResizeDeferred missing is Degraded",
 			Input{Conditions: without(healthy(resourceSynced(F)), v1alpha1.ConditionResizeDeferred)},
-			want{degraded, 9, ReasonResourceNotSynced, 0, false}},
+			want{degraded, 9, v1alpha1.PhaseReasonResourceNotSynced, 0, false}},
 		{"rule 10 ResizeInProgress=True alone keeps Ready",
 			Input{Conditions: healthy(resizeInProg(T))},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 10 not rule 9: ResourceSynced=False during a resize in progress keeps Ready",
 			Input{Conditions: healthy(resourceSynced(F), resizeInProg(T))},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 9 ResourceSynced=False with ResizeInProgress=False (a fault) is Degraded",
 			Input{Conditions: healthy(resourceSynced(F), resizeInProg(F))},
-			want{degraded, 9, ReasonResourceNotSynced, 0, false}},
+			want{degraded, 9, v1alpha1.PhaseReasonResourceNotSynced, 0, false}},
 
 		// Priority clashes: the earlier row wins.
 		{"rule 1 beats rule 4: NodeNotFound=True and agent unhealthy",
 			Input{Conditions: healthy(nodeNotFound(T), agentHealthy(F))},
-			want{unready, 1, ReasonNodeNotFound, 0, false}},
+			want{unready, 1, v1alpha1.PhaseReasonNodeNotFound, 0, false}},
 		{"rule 1 beats rule 2: NodeNotFound=True is Unready even if never Ready",
 			Input{Conditions: healthy(nodeNotFound(T), agentHealthy(F), podReady(F))},
-			want{unready, 1, ReasonNodeNotFound, 0, false}},
+			want{unready, 1, v1alpha1.PhaseReasonNodeNotFound, 0, false}},
 		{"rule 1 beats rule 5: NodeNotFound=True with pod not ready",
 			Input{Conditions: healthy(nodeNotFound(T), podReady(F))},
-			want{unready, 1, ReasonNodeNotFound, 0, false}},
+			want{unready, 1, v1alpha1.PhaseReasonNodeNotFound, 0, false}},
 		{"rule 1 beats rule 7: NodeNotFound=True with nodeCtl down 1m, no requeue",
 			Input{Conditions: healthy(nodeNotFound(T), nodeCtlDownAt(time.Minute)), NodeCtlDownSince: ago(time.Minute)},
-			want{unready, 1, ReasonNodeNotFound, 0, false}},
+			want{unready, 1, v1alpha1.PhaseReasonNodeNotFound, 0, false}},
 		{"rule 2 beats rule 7: agent unhealthy, pod not ready, never Ready, nodeCtl down",
 			Input{Conditions: healthy(agentHealthy(F), podReady(F), nodeCtlDownAt(time.Minute)), NodeCtlDownSince: ago(time.Minute)},
-			want{pending, 2, ReasonAgentLeaseExpired, 0, false}},
+			want{pending, 2, v1alpha1.PhaseReasonAgentLeaseExpired, 0, false}},
 		{"rule 3 beats rule 8: agent unhealthy, pod not ready, was Ready, nodeCtl down long",
 			Input{Conditions: healthy(agentHealthy(F), podReady(F), nodeCtlDownAt(time.Hour)), NodeCtlDownSince: ago(time.Hour), EverReady: true},
-			want{unready, 3, ReasonAgentLeaseExpired, 0, true}},
+			want{unready, 3, v1alpha1.PhaseReasonAgentLeaseExpired, 0, true}},
 		{"rule 4 beats rule 7: agent unhealthy, pod ready, nodeCtl down 1m, no requeue",
 			Input{Conditions: healthy(agentHealthy(F), nodeCtlDownAt(time.Minute)), NodeCtlDownSince: ago(time.Minute)},
-			want{degraded, 4, ReasonAgentLeaseExpired, 0, false}},
+			want{degraded, 4, v1alpha1.PhaseReasonAgentLeaseExpired, 0, false}},
 		{"rule 4 beats rule 8: agent unhealthy, pod ready, nodeCtl down long stays Degraded",
 			Input{Conditions: healthy(agentHealthy(F), nodeCtlDownAt(time.Hour)), NodeCtlDownSince: ago(time.Hour), EverReady: true},
-			want{degraded, 4, ReasonAgentLeaseExpired, 0, true}},
+			want{degraded, 4, v1alpha1.PhaseReasonAgentLeaseExpired, 0, true}},
 		{"rule 4 beats rule 9: agent unhealthy and ResourceSynced=False",
 			Input{Conditions: healthy(agentHealthy(F), resourceSynced(F))},
-			want{degraded, 4, ReasonAgentLeaseExpired, 0, false}},
+			want{degraded, 4, v1alpha1.PhaseReasonAgentLeaseExpired, 0, false}},
 		{"rule 5 beats rule 7: pod not ready, never Ready, nodeCtl down",
 			Input{Conditions: healthy(podReady(F), nodeCtlDownAt(time.Minute)), NodeCtlDownSince: ago(time.Minute)},
-			want{pending, 5, ReasonNeverReady, 0, false}},
+			want{pending, 5, v1alpha1.PhaseReasonNeverReady, 0, false}},
 		{"rule 6 beats rule 7: pod not ready, was Ready, nodeCtl down 1m",
 			Input{Conditions: healthy(podReady(F), nodeCtlDownAt(time.Minute)), NodeCtlDownSince: ago(time.Minute), EverReady: true},
-			want{unready, 6, ReasonPodNotReady, 0, true}},
+			want{unready, 6, v1alpha1.PhaseReasonPodNotReady, 0, true}},
 		{"rule 6 beats rule 9: pod not ready, was Ready, ResourceSynced=False",
 			Input{Conditions: healthy(podReady(F), resourceSynced(F)), EverReady: true},
-			want{unready, 6, ReasonPodNotReady, 0, true}},
+			want{unready, 6, v1alpha1.PhaseReasonPodNotReady, 0, true}},
 		{"rule 7 beats rule 9: nodeCtl down 1m and ResourceSynced=False",
 			Input{Conditions: healthy(nodeCtlDownAt(time.Minute), resourceSynced(F)), NodeCtlDownSince: ago(time.Minute)},
-			want{degraded, 7, ReasonNodeCtlDown, 4 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 4 * time.Minute, false}},
 		{"rule 8 beats rule 9: nodeCtl down 10m and ResourceSynced=False",
 			Input{Conditions: healthy(nodeCtlDownAt(10*time.Minute), resourceSynced(F)), NodeCtlDownSince: ago(10 * time.Minute)},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 10 not rule 9: ResourceSynced=False with ResizeDeferred=True (deferred downscale) keeps Ready",
 			Input{Conditions: healthy(resourceSynced(F), resizeDeferred(T))},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 		{"rule 7 not rule 10: ResizeDeferred=True does not excuse nodeCtl down",
 			Input{Conditions: healthy(nodeCtlDownAt(time.Minute), resourceSynced(F), resizeDeferred(T)), NodeCtlDownSince: ago(time.Minute)},
-			want{degraded, 7, ReasonNodeCtlDown, 4 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 4 * time.Minute, false}},
 
 		// The 5-minute boundary, on an injected Now.
 		{"rule 7 at 4m59.999s is Degraded and requeues in 1ms",
 			Input{Conditions: healthy(nodeCtlDownAt(fiveMin - time.Millisecond)), NodeCtlDownSince: ago(fiveMin - time.Millisecond)},
-			want{degraded, 7, ReasonNodeCtlDown, time.Millisecond, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, time.Millisecond, false}},
 		{"rule 8 at exactly 5m is Unready with no requeue",
 			Input{Conditions: healthy(nodeCtlDownAt(fiveMin)), NodeCtlDownSince: ago(fiveMin)},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 8 at 5m0.001s is Unready",
 			Input{Conditions: healthy(nodeCtlDownAt(fiveMin + time.Millisecond)), NodeCtlDownSince: ago(fiveMin + time.Millisecond)},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 7 just gone down is Degraded and requeues in 5m",
 			Input{Conditions: healthy(nodeCtlDownAt(0)), NodeCtlDownSince: ago(0)},
-			want{degraded, 7, ReasonNodeCtlDown, fiveMin, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, fiveMin, false}},
 		{"rule 7 downSince wins over the condition's LastTransitionTime",
 			Input{Conditions: healthy(nodeCtlDownAt(time.Hour)), NodeCtlDownSince: ago(time.Minute)},
-			want{degraded, 7, ReasonNodeCtlDown, 4 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 4 * time.Minute, false}},
 		{"rule 7 fallback: nil downSince counts from LastTransitionTime 2m ago",
 			Input{Conditions: healthy(nodeCtlDownAt(2 * time.Minute))},
-			want{degraded, 7, ReasonNodeCtlDown, 3 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 3 * time.Minute, false}},
 		{"rule 8 fallback: nil downSince counts from LastTransitionTime 6m ago",
 			Input{Conditions: healthy(nodeCtlDownAt(6 * time.Minute))},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 7 fallback: zero downSince counts from LastTransitionTime",
 			Input{Conditions: healthy(nodeCtlDownAt(2 * time.Minute)), NodeCtlDownSince: &metav1.Time{}},
-			want{degraded, 7, ReasonNodeCtlDown, 3 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 3 * time.Minute, false}},
 		{"rule 8 no start known: nil downSince and zero LastTransitionTime get no grace",
-			Input{Conditions: healthy(metav1.Condition{Type: v1alpha1.ConditionNodeCtlHealthy, Status: F})},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			Input{Conditions: healthy(metav1.Condition{Type: v1alpha1.ConditionNodeCtlHealthy.String(), Status: F})},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 7 custom NodeCtlUnreadyAfter 30s, down 20s, requeues in 10s",
 			Input{Conditions: healthy(nodeCtlDownAt(20 * time.Second)), NodeCtlDownSince: ago(20 * time.Second), NodeCtlUnreadyAfter: 30 * time.Second},
-			want{degraded, 7, ReasonNodeCtlDown, 10 * time.Second, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 10 * time.Second, false}},
 		{"rule 8 custom NodeCtlUnreadyAfter 30s, down exactly 30s",
 			Input{Conditions: healthy(nodeCtlDownAt(30 * time.Second)), NodeCtlDownSince: ago(30 * time.Second), NodeCtlUnreadyAfter: 30 * time.Second},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 		{"rule 7 negative NodeCtlUnreadyAfter means the 5m default",
 			Input{Conditions: healthy(nodeCtlDownAt(4 * time.Minute)), NodeCtlDownSince: ago(4 * time.Minute), NodeCtlUnreadyAfter: -time.Second},
-			want{degraded, 7, ReasonNodeCtlDown, time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, time.Minute, false}},
 		{"rule 7 downSince 1m in the future (clock skew) is Degraded and requeues in 6m",
 			Input{Conditions: healthy(nodeCtlDownAt(-time.Minute)), NodeCtlDownSince: ago(-time.Minute)},
-			want{degraded, 7, ReasonNodeCtlDown, 6 * time.Minute, false}},
+			want{degraded, 7, v1alpha1.PhaseReasonNodeCtlDown, 6 * time.Minute, false}},
 		{"rule 8 downSince at the zero time does not overflow",
 			Input{Conditions: healthy(nodeCtlHealthy(F)), NodeCtlDownSince: &metav1.Time{Time: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)}},
-			want{unready, 8, ReasonNodeCtlDownTooLong, 0, false}},
+			want{unready, 8, v1alpha1.PhaseReasonNodeCtlDownTooLong, 0, false}},
 
 		// Sticky EverReady passes through every phase.
 		{"rule 9 keeps an incoming EverReady",
 			Input{Conditions: healthy(resourceSynced(F)), EverReady: true},
-			want{degraded, 9, ReasonResourceNotSynced, 0, true}},
+			want{degraded, 9, v1alpha1.PhaseReasonResourceNotSynced, 0, true}},
 		{"rule 10 with EverReady already set stays true",
 			Input{Conditions: healthy(), EverReady: true},
-			want{ready, 10, ReasonAllHealthy, 0, true}},
+			want{ready, 10, v1alpha1.PhaseReasonAllHealthy, 0, true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -391,7 +391,7 @@ var conditionStates = []metav1.ConditionStatus{T, F, U, ""}
 // TestComputeInvariants checks invariants over every combination of the states of the six
 // conditions the table reads × EverReady × when node-ctl went down.
 func TestComputeInvariants(t *testing.T) {
-	types := []string{
+	types := []v1alpha1.ConditionType{
 		v1alpha1.ConditionNodeNotFound,
 		v1alpha1.ConditionPlaceholderAgentHealthy,
 		v1alpha1.ConditionPlaceholderPodReady,
@@ -455,9 +455,9 @@ func TestComputeInvariants(t *testing.T) {
 
 func checkInvariants(t *testing.T, name string, in Input, got Result) {
 	t.Helper()
-	status := func(typ string) metav1.ConditionStatus {
+	status := func(typ v1alpha1.ConditionType) metav1.ConditionStatus {
 		for _, c := range in.Conditions {
-			if c.Type == typ {
+			if c.Type == typ.String() {
 				return c.Status
 			}
 		}

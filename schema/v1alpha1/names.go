@@ -79,30 +79,6 @@ const (
 	FieldManagerController = "sandboxpool-controller"
 )
 
-// Condition types of SandboxPool (docs/design.md §3.4). The agent owns the first five, the
-// controller the last two.
-const (
-	ConditionPlaceholderPodReady     = "PlaceholderPodReady"
-	ConditionResourceSynced          = "ResourceSynced"
-	ConditionNodeCtlHealthy          = "NodeCtlHealthy"
-	ConditionResizeInProgress        = "ResizeInProgress"
-	ConditionResizeDeferred          = "ResizeDeferred"
-	ConditionPlaceholderAgentHealthy = "PlaceholderAgentHealthy"
-	ConditionNodeNotFound            = "NodeNotFound"
-)
-
-// ControllerConditions are the condition types only the controller may write.
-var ControllerConditions = []string{ConditionPlaceholderAgentHealthy, ConditionNodeNotFound}
-
-// Condition types of SandboxPoolClass.
-const (
-	// ConditionNodeConflict is True when another class already owns a selected node.
-	ConditionNodeConflict = "NodeConflict"
-	// ConditionPoolsSynced is True when every selected node has a pool with the class's
-	// current policy snapshot.
-	ConditionPoolsSynced = "PoolsSynced"
-)
-
 // Finalizers (docs/design.md §2: both kinds use finalizers for ordered deletion).
 const (
 	// FinalizerClassPools keeps a class until the controller has deleted all its pools.
@@ -121,6 +97,49 @@ const (
 	PhaseReady    SandboxPoolPhase = "Ready"
 	PhaseDegraded SandboxPoolPhase = "Degraded"
 	PhaseUnready  SandboxPoolPhase = "Unready"
+)
+
+// PhaseReason says which row of the phase table (package operator/phase) gave a pool its
+// phase.
+type PhaseReason string
+
+func (r PhaseReason) String() string { return string(r) }
+
+// Reasons of a pool's phase, one per row of the table; rules 2 to 4 share
+// PhaseReasonAgentLeaseExpired.
+const (
+	// PhaseReasonNodeNotFound: the pool's node does not exist (rule 1).
+	PhaseReasonNodeNotFound PhaseReason = "NodeNotFound"
+	// PhaseReasonAgentLeaseExpired: the node's placeholder-agent stopped renewing its Lease
+	// (rules 2, 3 and 4).
+	PhaseReasonAgentLeaseExpired PhaseReason = "AgentLeaseExpired"
+	// PhaseReasonNeverReady: the placeholder pod is not ready and the pool has never been
+	// Ready (rule 5).
+	PhaseReasonNeverReady PhaseReason = "NeverReady"
+	// PhaseReasonPodNotReady: the placeholder pod is no longer ready (rule 6).
+	PhaseReasonPodNotReady PhaseReason = "PodNotReady"
+	// PhaseReasonNodeCtlDown: node-ctl is down, for less than the controller's
+	// --nodectl-unready-after (rule 7).
+	PhaseReasonNodeCtlDown PhaseReason = "NodeCtlDown"
+	// PhaseReasonNodeCtlDownTooLong: node-ctl has been down for --nodectl-unready-after or
+	// longer (rule 8).
+	PhaseReasonNodeCtlDownTooLong PhaseReason = "NodeCtlDownTooLong"
+	// PhaseReasonResourceNotSynced: node-ctl or the placeholder pods do not run the pool's
+	// resources, and no resize in progress or deferred explains it (rule 9).
+	PhaseReasonResourceNotSynced PhaseReason = "ResourceNotSynced"
+	// PhaseReasonAllHealthy: nothing is wrong (rule 10).
+	PhaseReasonAllHealthy PhaseReason = "AllHealthy"
+)
+
+// OverrideSource is status.override.source: where the policy the agent applies comes from.
+type OverrideSource string
+
+// Sources of the applied policy.
+const (
+	// OverrideSourceClass: the class snapshot (spec.resourcePolicy); the override is disabled.
+	OverrideSourceClass OverrideSource = "Class"
+	// OverrideSourceOverride: the override (spec.override.resourcePolicy).
+	OverrideSourceOverride OverrideSource = "Override"
 )
 
 // ResizeState is the state of a resize in status.resize.status.

@@ -134,10 +134,10 @@ type PlaceholderAgentStatus struct {
 
 // OverrideStatus is the override the agent has applied.
 type OverrideStatus struct {
-	Enabled      *bool        `json:"enabled,omitempty"`
-	Reason       string       `json:"reason,omitempty"`
-	Source       string       `json:"source,omitempty"`
-	OverriddenAt *metav1.Time `json:"overriddenAt,omitempty"`
+	Enabled      *bool          `json:"enabled,omitempty"`
+	Reason       string         `json:"reason,omitempty"`
+	Source       OverrideSource `json:"source,omitempty"`
+	OverriddenAt *metav1.Time   `json:"overriddenAt,omitempty"`
 }
 
 // ResizeStatus is the resize in flight or last finished; nil means no resize.

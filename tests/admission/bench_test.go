@@ -60,7 +60,7 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 	other := nodeClient(b, "bench-other")
 	pool := poolName("bench-node")
 	controllerStatus := map[string]any{"phase": "Ready", "conditions": []any{
-		cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True"), cond(v1alpha1.ConditionNodeNotFound, "False")}}
+		cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True"), cond(v1alpha1.ConditionNodeNotFound.String(), "False")}}
 	if err := applyStatus(controllerClient(b), pool, v1alpha1.FieldManagerController, controllerStatus, false); err != nil {
 		b.Fatal(err)
 	}
@@ -174,9 +174,9 @@ func fullAgentStatus() map[string]any {
 		"poolInfo":              map[string]any{"zone": "zone-a", "allocatableMemoryBytes": int64(4294967296), "allocatedMemoryBytes": int64(0)},
 		"lastAppliedGeneration": int64(1),
 		"conditions": []any{
-			cond(v1alpha1.ConditionPlaceholderPodReady, "True"), cond(v1alpha1.ConditionResourceSynced, "True"),
-			cond(v1alpha1.ConditionNodeCtlHealthy, "True"), cond(v1alpha1.ConditionResizeInProgress, "False"),
-			cond(v1alpha1.ConditionResizeDeferred, "False"),
+			cond(v1alpha1.ConditionPlaceholderPodReady.String(), "True"), cond(v1alpha1.ConditionResourceSynced.String(), "True"),
+			cond(v1alpha1.ConditionNodeCtlHealthy.String(), "True"), cond(v1alpha1.ConditionResizeInProgress.String(), "False"),
+			cond(v1alpha1.ConditionResizeDeferred.String(), "False"),
 		},
 	}
 }

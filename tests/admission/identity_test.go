@@ -95,7 +95,7 @@ func cond(typ, status string) map[string]any { return framework.Condition(typ, s
 func agentStatus() map[string]any {
 	return map[string]any{
 		"poolInfo":   map[string]any{"zone": "zone-a", "allocatableMemoryBytes": int64(4294967296)},
-		"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady, "True")},
+		"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "True")},
 	}
 }
 
@@ -148,9 +148,9 @@ func TestNodeCannotWriteControllerFields(t *testing.T) {
 		applyStatus(nodeC, poolName("node-c"), v1alpha1.FieldManagerAgent, withPhase, false), "status.phase")
 
 	withCond := agentStatus()
-	withCond["conditions"] = append(withCond["conditions"].([]any), cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True"))
+	withCond["conditions"] = append(withCond["conditions"].([]any), cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True"))
 	wantForbidden(t, "node writing PlaceholderAgentHealthy",
-		applyStatus(nodeC, poolName("node-c"), v1alpha1.FieldManagerAgent, withCond, false), v1alpha1.ConditionPlaceholderAgentHealthy)
+		applyStatus(nodeC, poolName("node-c"), v1alpha1.FieldManagerAgent, withCond, false), v1alpha1.ConditionPlaceholderAgentHealthy.String())
 }
 
 func TestControllerWritesOnlyItsFields(t *testing.T) {
@@ -162,7 +162,7 @@ func TestControllerWritesOnlyItsFields(t *testing.T) {
 	ctrl := controllerClient(t)
 	mine := map[string]any{
 		"phase":      string(v1alpha1.PhaseReady),
-		"conditions": []any{cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True"), cond(v1alpha1.ConditionNodeNotFound, "False")},
+		"conditions": []any{cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True"), cond(v1alpha1.ConditionNodeNotFound.String(), "False")},
 	}
 	if err := applyStatus(ctrl, poolName("node-d"), v1alpha1.FieldManagerController, mine, false); err != nil {
 		t.Fatalf("controller applying phase and its conditions: %v", err)
@@ -172,9 +172,9 @@ func TestControllerWritesOnlyItsFields(t *testing.T) {
 		mergeStatus(ctrl, poolName("node-d"), `{"status":{"poolInfo":{"zone":"forged"}}}`), "status.poolInfo")
 	wantForbidden(t, "controller rewriting placeholderPod",
 		mergeStatus(ctrl, poolName("node-d"), `{"status":{"placeholderPod":{"name":"forged"}}}`), "status.placeholderPod")
-	forced := map[string]any{"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady, "False")}}
+	forced := map[string]any{"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "False")}}
 	wantForbidden(t, "controller forcing the agent's condition",
-		applyStatus(ctrl, poolName("node-d"), v1alpha1.FieldManagerController, forced, true), v1alpha1.ConditionPlaceholderPodReady)
+		applyStatus(ctrl, poolName("node-d"), v1alpha1.FieldManagerController, forced, true), v1alpha1.ConditionPlaceholderPodReady.String())
 }
 
 func TestOthersCannotWriteStatus(t *testing.T) {

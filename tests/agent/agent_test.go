@@ -59,9 +59,9 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 		if perr != nil {
 			return false, "node-ctl has applied nothing; " + describe(p)
 		}
-		return condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) && applied.Cmp(want) == 0 &&
+		return condIs(p, v1alpha1.ConditionResourceSynced.String(), metav1.ConditionTrue) && applied.Cmp(want) == 0 &&
 				onDisk.Memory().Cmp(want) == 0 && mirrors.Memory().Cmp(want) == 0 &&
-				condIs(p, v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue) &&
+				condIs(p, v1alpha1.ConditionPlaceholderPodReady.String(), metav1.ConditionTrue) &&
 				p.Status.PlaceholderPod != nil && p.Status.PlaceholderPod.Phase == string(corev1.PodRunning),
 			fmt.Sprintf("node-ctl %s, manifests %s, mirror pods %s; %s", st.AppliedResources["memory"], memOf(onDisk), memOf(mirrors), describe(p))
 	})
@@ -280,8 +280,8 @@ func TestAgentLifecycle(t *testing.T) {
 		p := getPool(t, pool.Name)
 		r := p.Status.Resize
 		return r != nil && r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
-			condIs(p, v1alpha1.ConditionResizeDeferred, metav1.ConditionTrue) &&
-			condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionFalse), describe(p)
+			condIs(p, v1alpha1.ConditionResizeDeferred.String(), metav1.ConditionTrue) &&
+			condIs(p, v1alpha1.ConditionResourceSynced.String(), metav1.ConditionFalse), describe(p)
 	})
 	if onDisk, mirrors := diskLock(n, pool.Name), mirrorLock(n); memOf(onDisk) != "96Mi" || memOf(mirrors) != "96Mi" {
 		t.Errorf("the deferred downscale changed the lock: manifests %s, mirror pods %s", memOf(onDisk), memOf(mirrors))
@@ -304,13 +304,13 @@ func TestAgentLifecycle(t *testing.T) {
 	n.nc.Kill()
 	eventually(t, "NodeCtlHealthy=False with downSince", 10*time.Second, func() (bool, string) {
 		p := getPool(t, pool.Name)
-		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse) && p.Status.NodeCtl != nil &&
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionFalse) && p.Status.NodeCtl != nil &&
 			p.Status.NodeCtl.DownSince != nil && !ptr.Deref(p.Status.NodeCtl.Connected, true), describe(p)
 	})
 	n.nc.Start()
 	eventually(t, "NodeCtlHealthy=True again", 10*time.Second, func() (bool, string) {
 		p := getPool(t, pool.Name)
-		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil, describe(p)
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil, describe(p)
 	})
 	synced(t, n, pool.Name, "64Mi")
 

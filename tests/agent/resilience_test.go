@@ -91,7 +91,7 @@ func TestAPIServerOutage(t *testing.T) {
 		if err := admin.Get(ctx, types.NamespacedName{Name: pool.Name}, &p); err != nil {
 			return false, err.Error()
 		}
-		return condIs(&p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse) && p.Status.NodeCtl != nil &&
+		return condIs(&p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionFalse) && p.Status.NodeCtl != nil &&
 			p.Status.NodeCtl.DownSince != nil && p.Status.NodeCtl.DownSince.Time.Before(restarted), describe(&p)
 	})
 	t.Logf("status caught up %s after the API server came back", time.Since(restarted).Round(time.Millisecond))

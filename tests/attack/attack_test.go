@@ -129,7 +129,7 @@ func cond(typ, status string) map[string]any { return framework.Condition(typ, s
 func agentStatus(zone string) map[string]any {
 	return map[string]any{
 		"poolInfo":   map[string]any{"zone": zone, "allocatableMemoryBytes": int64(4 << 30)},
-		"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady, "True")},
+		"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "True")},
 	}
 }
 
@@ -210,10 +210,10 @@ func attacks() []attack {
 	forgedPhase := agentStatus("zone-a")
 	forgedPhase["phase"] = string(v1alpha1.PhaseReady)
 	forgedAgentHealthy := agentStatus("zone-a")
-	forgedAgentHealthy["conditions"] = []any{cond(v1alpha1.ConditionPlaceholderPodReady, "True"), cond(v1alpha1.ConditionPlaceholderAgentHealthy, "True")}
+	forgedAgentHealthy["conditions"] = []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "True"), cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True")}
 	// The controller reports node-a's agent gone; node-a tries to say otherwise.
 	controllerStatus := map[string]any{"phase": string(v1alpha1.PhaseDegraded), "conditions": []any{
-		cond(v1alpha1.ConditionPlaceholderAgentHealthy, "False"), cond(v1alpha1.ConditionNodeNotFound, "False")}}
+		cond(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "False"), cond(v1alpha1.ConditionNodeNotFound.String(), "False")}}
 	// A claim: the controller's phase applied with its current value, which makes the
 	// applier a co-owner that the controller's next apply conflicts with.
 	claimPhase := agentStatus("zone-a")
@@ -255,14 +255,14 @@ func attacks() []attack {
 		{status, nodeA, "sets status.phase of its own pool (apply, force)", byWebhook, "status.phase", applyStatus(poolA, v1alpha1.FieldManagerAgent, forgedPhase, true)},
 		{status, nodeA, "sets PlaceholderAgentHealthy on its own pool (apply, force)", byWebhook, "status.conditions[type=PlaceholderAgentHealthy]", applyStatus(poolA, v1alpha1.FieldManagerAgent, forgedAgentHealthy, true)},
 		{status, nodeA, "drops the controller's conditions (merge patch of the list)", byWebhook, "status.conditions[type=NodeNotFound]",
-			mergeStatus(poolA, `{"status":{"conditions":[`+mustJSON(cond(v1alpha1.ConditionPlaceholderPodReady, "True"))+`]}}`)},
+			mergeStatus(poolA, `{"status":{"conditions":[`+mustJSON(cond(v1alpha1.ConditionPlaceholderPodReady.String(), "True"))+`]}}`)},
 		{status, nodeA, "claims the controller's phase with its current value (apply)", byWebhook, "status.phase: owned by the controller; node node-a (caller system:node:node-a) may not claim it",
 			applyStatus(poolA, v1alpha1.FieldManagerAgent, claimPhase, false)},
 		{status, ctrl, "rewrites the agent's poolInfo (merge patch)", byWebhook, "status.poolInfo", mergeStatus(poolA, `{"status":{"poolInfo":{"zone":"forged"}}}`)},
 		{status, ctrl, "claims the agent's poolInfo with its current value (apply)", byWebhook, "status.poolInfo: owned by the placeholder agent of node node-a; the controller",
 			applyStatus(poolA, v1alpha1.FieldManagerController, map[string]any{"poolInfo": agentStatus("zone-a")["poolInfo"]}, false)},
 		{status, ctrl, "forces the agent's PlaceholderPodReady (apply, force)", byWebhook, "status.conditions[type=PlaceholderPodReady]",
-			applyStatus(poolA, v1alpha1.FieldManagerController, map[string]any{"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady, "False")}}, true)},
+			applyStatus(poolA, v1alpha1.FieldManagerController, map[string]any{"conditions": []any{cond(v1alpha1.ConditionPlaceholderPodReady.String(), "False")}}, true)},
 		{status, strayNode, "applies agent fields to node-a's pool", byWebhook, "caller mallory is neither", applyStatus(poolA, v1alpha1.FieldManagerAgent, agentStatus("forged"), false)},
 		{status, admin, "applies agent fields to node-a's pool", byWebhook, "caller alice-admin is neither", applyStatus(poolA, v1alpha1.FieldManagerAgent, agentStatus("forged"), false)},
 		{status, leaseA, "applies agent fields to its node's pool", byRBAC, "sandboxpools/status", applyStatus(poolA, v1alpha1.FieldManagerAgent, agentStatus("forged"), false)},

@@ -32,7 +32,7 @@ func TestNodeCtlKilled(t *testing.T) {
 	}
 	t0 := time.Now()
 	degraded := waitPhase(t, v1alpha1.PhaseDegraded, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionFalse) && p.Status.NodeCtl != nil && p.Status.NodeCtl.DownSince != nil
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionFalse) && p.Status.NodeCtl != nil && p.Status.NodeCtl.DownSince != nil
 	})
 	unready := waitPhase(t, v1alpha1.PhaseUnready, 30*time.Second, nil) + degraded
 	unreadyAt := time.Now()
@@ -49,7 +49,7 @@ func TestNodeCtlKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil
+		return condIs(p, v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue) && p.Status.NodeCtl.DownSince == nil
 	})
 	t.Logf("node-ctl back → Ready in %s (down %s in all)", back.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 }
@@ -72,7 +72,7 @@ func TestAgentStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := waitPhase(t, v1alpha1.PhaseDegraded, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		c := condOf(p, v1alpha1.ConditionPlaceholderAgentHealthy)
+		c := condOf(p, v1alpha1.ConditionPlaceholderAgentHealthy.String())
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "LeaseExpired"
 	})
 	t.Logf("agent stopped → PlaceholderAgentHealthy=False (LeaseExpired), phase Degraded in %s (--lease-ttl %s)",
@@ -85,7 +85,7 @@ func TestAgentStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue)
+		return condIs(p, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue)
 	})
 	t.Logf("agent started → Ready in %s", back.Round(time.Millisecond))
 }
@@ -109,7 +109,7 @@ func TestNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	unready := waitPhase(t, v1alpha1.PhaseUnready, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue)
+		return condIs(p, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue)
 	})
 	t.Logf("node deleted → NodeNotFound=True, Unready in %s", unready.Round(time.Millisecond))
 
@@ -118,7 +118,7 @@ func TestNodeDeleted(t *testing.T) {
 	}
 	back := eventually(t, "node registered and Ready again", 2*time.Minute, func() (bool, string) { return s.NodeReady(ctx), "" })
 	ready := waitPhase(t, v1alpha1.PhaseReady, time.Minute, func(p *v1alpha1.SandboxPool) bool {
-		return condIs(p, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse)
+		return condIs(p, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse)
 	})
 	now := mirrorPod(t)
 	t.Logf("kubelet restarted → node Ready in %s, pool Ready %s later; mirror pod %s → %s, container %s → %s",

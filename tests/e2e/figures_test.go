@@ -116,6 +116,11 @@ func TestFigures(t *testing.T) {
 		}
 	}
 	deletePodNow(t, metav1.NamespaceDefault, "figures-filler")
+	// With the room back, the growth's piece is folded into one.
+	eventually(t, "one placeholder pod again", time.Minute, func() (bool, string) {
+		return len(pieceFiles()) == 1, fmt.Sprintf("%d manifests", len(pieceFiles()))
+	})
+	waitSynced(t, baseCPU, baseMemory, time.Minute)
 	for _, name := range slices.Sorted(maps.Keys(gaps)) {
 		resizeFigure(t, name, took[name], gaps[name])
 	}

@@ -303,7 +303,7 @@ func waitSynced(t testing.TB, cpu, memory string, within time.Duration) time.Dur
 		// kubelet's own count too: after a kubelet restart the API server still shows the
 		// pods before kubelet has read its manifests again.
 		kl, err := kubeletLock(context.Background())
-		ok := p.Status.Phase == v1alpha1.PhaseReady && condIs(p, v1alpha1.ConditionResourceSynced, metav1.ConditionTrue) &&
+		ok := p.Status.Phase == v1alpha1.PhaseReady && condIs(p, v1alpha1.ConditionResourceSynced.String(), metav1.ConditionTrue) &&
 			ready && req.Memory().Cmp(wantMem) == 0 && req.Cpu().Cmp(wantCPU) == 0 &&
 			appliedMem.Cmp(wantMem) == 0 && appliedCPU.Cmp(wantCPU) == 0 && err == nil && equalLists(kl, req)
 		return ok, fmt.Sprintf("node-ctl %v, %d mirror pods request %s/%s (all ready: %v), kubelet %v (%v); %s", st.AppliedResources,

@@ -179,11 +179,11 @@ func TestReadinessFollowsTheShim(t *testing.T) {
 	}
 	notReady := eventually(t, "PlaceholderPodReady=False, ShimExited", 10*time.Second, func() (bool, string) {
 		p := getPool(t)
-		c := condOf(p, v1alpha1.ConditionPlaceholderPodReady)
+		c := condOf(p, v1alpha1.ConditionPlaceholderPodReady.String())
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "ShimExited" && strings.Contains(c.Message, pod.Name), describe(p)
 	})
 	t.Logf("shim killed → PlaceholderPodReady=False (ShimExited) in %s (node-ctl poll %s): %q", notReady.Round(time.Millisecond),
-		suiteTimers().NodeCtlPollInterval, condOf(getPool(t), v1alpha1.ConditionPlaceholderPodReady).Message)
+		suiteTimers().NodeCtlPollInterval, condOf(getPool(t), v1alpha1.ConditionPlaceholderPodReady.String()).Message)
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 	t.Logf("ready again %s after the kill", time.Since(t0).Round(time.Millisecond))
 	w.check("placeholder shim killed")
@@ -224,11 +224,11 @@ func TestReadinessFollowsKubeletsRefusal(t *testing.T) {
 	}
 	eventually(t, "PlaceholderPodReady=False with kubelet's refusal", 2*time.Minute, func() (bool, string) {
 		p := getPool(t)
-		c := condOf(p, v1alpha1.ConditionPlaceholderPodReady)
+		c := condOf(p, v1alpha1.ConditionPlaceholderPodReady.String())
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "PodRejected" &&
 			(strings.Contains(c.Message, "OutOfcpu") || strings.Contains(c.Message, "UnexpectedAdmissionError")), describe(p)
 	})
-	t.Logf("kubelet refuses the placeholder pod: %q", condOf(getPool(t), v1alpha1.ConditionPlaceholderPodReady).Message)
+	t.Logf("kubelet refuses the placeholder pod: %q", condOf(getPool(t), v1alpha1.ConditionPlaceholderPodReady.String()).Message)
 	restartReporting(nil, capacity.Cpu().String())
 	waitSynced(t, baseCPU, baseMemory, 3*time.Minute)
 }

@@ -97,7 +97,7 @@ func TestResize(t *testing.T) {
 	waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
 		r := p.Status.Resize
 		return r != nil && r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
-			condIs(p, v1alpha1.ConditionResizeDeferred, metav1.ConditionTrue)
+			condIs(p, v1alpha1.ConditionResizeDeferred.String(), metav1.ConditionTrue)
 	})
 	t.Logf("deferred: %q", getPool(t).Status.Resize.DeferredReason)
 	if got := requestsOf(mirrorPods(t)...); got.Memory().String() != "160Mi" {

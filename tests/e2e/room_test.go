@@ -132,7 +132,7 @@ func waitDeferred(t testing.TB, reason string, says ...string) *v1alpha1.Sandbox
 		if p == nil || p.Status.Resize == nil || p.Status.Resize.Status != v1alpha1.ResizeDeferred {
 			return false, describe(p)
 		}
-		c := condOf(p, v1alpha1.ConditionResizeDeferred)
+		c := condOf(p, v1alpha1.ConditionResizeDeferred.String())
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || p.Status.Phase != v1alpha1.PhaseReady {
 			return false, describe(p)
 		}

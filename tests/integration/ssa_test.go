@@ -35,8 +35,8 @@ func managedConditions(u *unstructured.Unstructured, manager string) string {
 		}
 		raw := string(mf.FieldsV1.Raw)
 		for _, typ := range []string{
-			v1alpha1.ConditionPlaceholderPodReady, v1alpha1.ConditionNodeCtlHealthy,
-			v1alpha1.ConditionPlaceholderAgentHealthy, v1alpha1.ConditionNodeNotFound,
+			v1alpha1.ConditionPlaceholderPodReady.String(), v1alpha1.ConditionNodeCtlHealthy.String(),
+			v1alpha1.ConditionPlaceholderAgentHealthy.String(), v1alpha1.ConditionNodeNotFound.String(),
 		} {
 			if strings.Contains(raw, `k:{\"type\":\"`+typ+`\"}`) {
 				owned = append(owned, typ)
@@ -69,16 +69,16 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 		return map[string]any{
 			"poolInfo": map[string]any{"zone": "zone-a"},
 			"conditions": []any{
-				framework.Condition(v1alpha1.ConditionPlaceholderPodReady, podReady, "Probe"),
-				framework.Condition(v1alpha1.ConditionNodeCtlHealthy, "True", "Probe"),
+				framework.Condition(v1alpha1.ConditionPlaceholderPodReady.String(), podReady, "Probe"),
+				framework.Condition(v1alpha1.ConditionNodeCtlHealthy.String(), "True", "Probe"),
 			},
 		}
 	}
 	controllerStatus := map[string]any{
 		"phase": string(v1alpha1.PhaseReady),
 		"conditions": []any{
-			framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed"),
-			framework.Condition(v1alpha1.ConditionNodeNotFound, "False", "NodeExists"),
+			framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True", "LeaseRenewed"),
+			framework.Condition(v1alpha1.ConditionNodeNotFound.String(), "False", "NodeExists"),
 		},
 	}
 	if _, err := pools.ApplyStatus(ctx, name, framework.PoolStatus(name, agentStatus("True")), agent); err != nil {
@@ -104,8 +104,8 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := conditionsOf(t, got)
-	if c[v1alpha1.ConditionPlaceholderPodReady] != "False" || c[v1alpha1.ConditionPlaceholderAgentHealthy] != "True" ||
-		c[v1alpha1.ConditionNodeNotFound] != "False" || len(c) != 4 {
+	if c[v1alpha1.ConditionPlaceholderPodReady.String()] != "False" || c[v1alpha1.ConditionPlaceholderAgentHealthy.String()] != "True" ||
+		c[v1alpha1.ConditionNodeNotFound.String()] != "False" || len(c) != 4 {
 		t.Errorf("after the agent's update: %v", c)
 	}
 	if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase != "Ready" {
@@ -121,7 +121,7 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 	}
 	intrudeCond := agentStatus("False")
 	intrudeCond["conditions"] = append(intrudeCond["conditions"].([]any),
-		framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "False", "Forged"))
+		framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "False", "Forged"))
 	if _, err = pools.ApplyStatus(ctx, name, framework.PoolStatus(name, intrudeCond), agent); !apierrors.IsConflict(err) {
 		t.Errorf("agent writing the controller's condition: want a conflict, got %v", err)
 	}
@@ -142,13 +142,13 @@ func TestTwoFieldManagersOwnTheirConditions(t *testing.T) {
 	// The controller drops one of its own entries: only that entry goes.
 	got, err = pools.ApplyStatus(ctx, name, framework.PoolStatus(name, map[string]any{
 		"phase":      string(v1alpha1.PhaseReady),
-		"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed")},
+		"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True", "LeaseRenewed")},
 	}), controller)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c = conditionsOf(t, got)
-	if _, ok := c[v1alpha1.ConditionNodeNotFound]; ok || len(c) != 3 {
+	if _, ok := c[v1alpha1.ConditionNodeNotFound.String()]; ok || len(c) != 3 {
 		t.Errorf("after the controller dropped NodeNotFound: %v", c)
 	}
 }

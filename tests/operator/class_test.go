@@ -161,7 +161,7 @@ func TestClassFanOut(t *testing.T) {
 	eventually(t, "class status counts 50 pools", 10*time.Second, func() (bool, string) {
 		_ = admin.Get(ctx, types.NamespacedName{Name: class}, c)
 		s := c.Status
-		synced := meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionPoolsSynced)
+		synced := meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionPoolsSynced.String())
 		return s.TotalSandboxPools == n && s.NotReadySandboxPools == n && s.ObservedGeneration == c.Generation && synced,
 			fmt.Sprintf("%+v", s)
 	})
@@ -270,7 +270,7 @@ func TestConcurrentClassesOneNode(t *testing.T) {
 		var lc v1alpha1.SandboxPoolClass
 		eventually(t, "the loser "+loser+" reports NodeConflict naming "+winner, 10*time.Second, func() (bool, string) {
 			_ = admin.Get(ctx, types.NamespacedName{Name: loser}, &lc)
-			cond := meta.FindStatusCondition(lc.Status.Conditions, v1alpha1.ConditionNodeConflict)
+			cond := meta.FindStatusCondition(lc.Status.Conditions, v1alpha1.ConditionNodeConflict.String())
 			return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "class "+winner) &&
 				strings.Contains(cond.Message, node), fmt.Sprintf("%+v", cond)
 		})
@@ -282,7 +282,7 @@ func TestConcurrentClassesOneNode(t *testing.T) {
 		var wc v1alpha1.SandboxPoolClass
 		eventually(t, "the winner "+winner+" reports no conflict and one pool", 10*time.Second, func() (bool, string) {
 			_ = admin.Get(ctx, types.NamespacedName{Name: winner}, &wc)
-			return meta.IsStatusConditionFalse(wc.Status.Conditions, v1alpha1.ConditionNodeConflict) && wc.Status.TotalSandboxPools == 1,
+			return meta.IsStatusConditionFalse(wc.Status.Conditions, v1alpha1.ConditionNodeConflict.String()) && wc.Status.TotalSandboxPools == 1,
 				fmt.Sprintf("%+v", wc.Status)
 		})
 		if got := len(poolsOfClass(t, a)) + len(poolsOfClass(t, b)); got != 1 {
@@ -319,7 +319,7 @@ func TestPriorityClassResolved(t *testing.T) {
 	t.Cleanup(func() { deleteClassAndWait(t, class) })
 	eventually(t, "PoolsSynced=False naming the missing PriorityClass", 10*time.Second, func() (bool, string) {
 		_ = admin.Get(ctx, types.NamespacedName{Name: class}, c)
-		cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionPoolsSynced)
+		cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionPoolsSynced.String())
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "PriorityClassNotFound" &&
 				strings.Contains(cond.Message, "spec.placeholderPod.priorityClassName") && strings.Contains(cond.Message, pcName),
 			fmt.Sprintf("%+v", cond)

@@ -46,7 +46,7 @@ func TestPoolOfGoneNodeDeleted(t *testing.T) {
 		renewLease(t, p)
 		agentReports(t, p, metav1.ConditionTrue)
 		waitFor(t, p, p+" Ready", 10*time.Second,
-			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse, "NodeExists"))
+			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse, "NodeExists"))
 	}
 	var quietUID types.UID
 	{
@@ -77,7 +77,7 @@ func TestPoolOfGoneNodeDeleted(t *testing.T) {
 	}
 	for _, p := range []string{quietPool, renewingPool} {
 		waitFor(t, p, p+": node deleted → Unready", 10*time.Second,
-			phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, "NodeNotFound"))
+			phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue, "NodeNotFound"))
 	}
 
 	eventually(t, "the quiet node's pool deleted", nodeGoneGrace+15*time.Second, func() (bool, string) {
@@ -96,7 +96,7 @@ func TestPoolOfGoneNodeDeleted(t *testing.T) {
 		t.Errorf("the quiet node's Lease: %v, want NotFound", err)
 	}
 	eventually(t, "a NodeGone event on the class", 10*time.Second, func() (bool, string) {
-		for _, e := range classEvents(t, v1alpha1.KindSandboxPoolClass, class, operator.ReasonNodeGone) {
+		for _, e := range classEvents(t, v1alpha1.KindSandboxPoolClass, class, operator.EventReasonNodeGone) {
 			if e.Type == corev1.EventTypeNormal && e.Related != nil && e.Related.Name == quietPool &&
 				strings.Contains(e.Note, quietPool) && strings.Contains(e.Note, quiet) {
 				return true, ""

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
@@ -42,9 +41,9 @@ func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 		return framework.Condition(typ, string(s), "Test")
 	}
 	patch, _ := json.Marshal(framework.PoolStatus(pool, map[string]any{"conditions": []any{
-		cond(v1alpha1.ConditionPlaceholderPodReady, podReady),
-		cond(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue),
-		cond(v1alpha1.ConditionResourceSynced, metav1.ConditionTrue),
+		cond(v1alpha1.ConditionPlaceholderPodReady.String(), podReady),
+		cond(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue),
+		cond(v1alpha1.ConditionResourceSynced.String(), metav1.ConditionTrue),
 	}}).Object)
 	p := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 	if err := admin.Status().Patch(context.Background(), p, client.RawPatch(types.ApplyPatchType, patch),
@@ -156,13 +155,13 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
 
 	waitFor(t, name, "no node → Unready", 10*time.Second,
-		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, "NodeNotFound"))
+		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue, "NodeNotFound"))
 
 	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
 		t.Fatal(err)
 	}
 	p := waitFor(t, name, "node, no lease → Pending", 10*time.Second,
-		phaseIs(v1alpha1.PhasePending, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseNotFound"))
+		phaseIs(v1alpha1.PhasePending, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseNotFound"))
 	if p.Annotations[v1alpha1.AnnotationEverReady] != "" {
 		t.Errorf("ever-ready set before Ready")
 	}
@@ -170,7 +169,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	renewLease(t, name)
 	agentReports(t, name, metav1.ConditionTrue)
 	p = waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
-		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
 	p = waitFor(t, name, "ever-ready recorded", 10*time.Second, func(p *v1alpha1.SandboxPool) bool {
 		return p.Annotations[v1alpha1.AnnotationEverReady] == "true"
 	})
@@ -199,7 +198,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	for round := range 2 {
 		lastRenewal := time.Now()
 		waitFor(t, name, "lease expired, pod ready → Degraded", leaseTTL+10*time.Second,
-			phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
+			phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseExpired"))
 		t.Logf("round %d: Degraded %s after the last renewal (TTL %s)", round, time.Since(lastRenewal).Round(time.Millisecond), leaseTTL)
 		if round == 1 {
 			break
@@ -207,32 +206,32 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 		renewed := time.Now()
 		renewLease(t, name)
 		waitFor(t, name, "renewal resumed → Ready", 10*time.Second,
-			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+			phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
 		t.Logf("round %d: Ready again %s after the renewal", round, time.Since(renewed).Round(time.Millisecond))
 	}
 
 	// The pod goes away after the pool had been Ready: Unready, not Pending.
 	agentReports(t, name, metav1.ConditionFalse)
 	waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
-		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, "LeaseExpired"))
+		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseExpired"))
 
 	// Node deletion while the agent is healthy and the pod ready: Ready → Unready.
 	renewLease(t, name)
 	agentReports(t, name, metav1.ConditionTrue)
 	waitFor(t, name, "healthy again → Ready", 10*time.Second,
-		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound, metav1.ConditionFalse, "NodeExists"))
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse, "NodeExists"))
 	if err := admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
 	p = waitFor(t, name, "node deleted → NodeNotFound", 10*time.Second,
-		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound, metav1.ConditionTrue, "NodeNotFound"))
+		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue, "NodeNotFound"))
 	t.Logf("node deleted → Unready observed after %s", time.Since(deleted).Round(time.Millisecond))
-	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionNodeNotFound); !strings.Contains(c.Message, node) {
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionNodeNotFound.String()); !strings.Contains(c.Message, node) {
 		t.Errorf("message does not name the node: %q", c.Message)
 	}
 	// The agent's own conditions were never touched by the controller.
-	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionResourceSynced); c == nil || c.Status != metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionResourceSynced.String()); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("agent condition lost: %+v", c)
 	}
 }
@@ -257,12 +256,12 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 	agentReports(t, name, metav1.ConditionTrue)
 	renewLease(t, name)
 	waitFor(t, name, "its node's Lease → Ready", 10*time.Second,
-		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
 
 	renewLeaseAs(t, name, "op-node-other")
 	p := waitFor(t, name, "a fresh Lease held by another node → ignored", 10*time.Second,
-		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionFalse, operator.ReasonLeaseHolderMismatch))
-	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy); !strings.Contains(c.Message, `"op-node-other"`) {
+		phaseIs(v1alpha1.PhaseDegraded, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, v1alpha1.ReasonLeaseHolderMismatch.String()))
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()); !strings.Contains(c.Message, `"op-node-other"`) {
 		t.Errorf("the condition does not name the holder: %q", c.Message)
 	}
 	eventually(t, "a Warning event about the Lease", 10*time.Second, func() (bool, string) {
@@ -271,7 +270,7 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, e := range evs.Items {
-			if e.Regarding.Name == name && e.Reason == operator.ReasonLeaseHolderMismatch && e.Type == corev1.EventTypeWarning {
+			if e.Regarding.Name == name && e.Reason == v1alpha1.ReasonLeaseHolderMismatch.String() && e.Type == corev1.EventTypeWarning {
 				return strings.Contains(e.Note, "op-node-other"), e.Note
 			}
 		}
@@ -280,5 +279,5 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 
 	renewLease(t, name)
 	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
-		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy, metav1.ConditionTrue, "LeaseRenewed"))
+		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
 }

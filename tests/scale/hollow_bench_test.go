@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,7 +280,7 @@ func runHollowSize(t *testing.T, n int, largest bool, kcm string) *scaleResult {
 
 func fmtCores(m map[string]float64) string {
 	var parts []string
-	for _, k := range slices.Sorted(mapsKeys(m)) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", k, m[k]))
 	}
 	return strings.Join(parts, " ")
@@ -287,20 +288,10 @@ func fmtCores(m map[string]float64) string {
 
 func fmtRSS(m map[string]framework.Usage) string {
 	var parts []string
-	for _, k := range slices.Sorted(mapsKeys(m)) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s=%d/%d(peak)", k, m[k].RSSKiB/1024, m[k].HWMKiB/1024))
 	}
 	return strings.Join(parts, " ")
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func usages(t *testing.T, pids map[string]int) map[string]framework.Usage {
@@ -533,7 +524,7 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 			if p.Spec.ResourcePolicy.Resources.Memory().String() == "2Gi" {
 				snaps++
 				if p.Status.LastAppliedGeneration != nil && *p.Status.LastAppliedGeneration == p.Generation &&
-					meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced) {
+					meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced.String()) {
 					stats++
 				}
 			}
@@ -564,7 +555,7 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 		_ = e.admin.List(ctx, &pools)
 		for _, p := range pools.Items {
 			if watched[p.Spec.NodeName] && p.Status.LastAppliedGeneration == nil || *p.Status.LastAppliedGeneration != p.Generation ||
-				!meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced) && watched[p.Spec.NodeName] {
+				!meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResourceSynced.String()) && watched[p.Spec.NodeName] {
 				t.Logf("not synced: %s generation %d status %+v", p.Name, p.Generation, p.Status)
 				break
 			}
@@ -604,7 +595,7 @@ func detectStopped(t *testing.T, ctx context.Context, e *env, nodes *hollow.Node
 			if got[p.Name] || stoppedAt[p.Name].IsZero() {
 				continue
 			}
-			if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) {
+			if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
 				got[p.Name] = true
 				now := time.Now()
 				fromStop = append(fromStop, now.Sub(stoppedAt[p.Name]))
@@ -655,7 +646,7 @@ func detectDeleted(t *testing.T, ctx context.Context, e *env, deleted []string, 
 			mu.Lock()
 			when, known := at[p.Name]
 			mu.Unlock()
-			if known && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionNodeNotFound) {
+			if known && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionNodeNotFound.String()) {
 				got[p.Name] = true
 				lags = append(lags, time.Since(when))
 			}

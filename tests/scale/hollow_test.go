@@ -209,7 +209,7 @@ func unhealthyPools(ctx context.Context, e *env) map[string]bool {
 		return out
 	}
 	for _, p := range pools.Items {
-		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy) {
+		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
 			out[p.Name] = true
 		}
 	}

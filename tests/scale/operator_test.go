@@ -258,7 +258,7 @@ func flipAndWait(t *testing.T, e *env, pool, status string, want v1alpha1.Sandbo
 	cond := func(typ string) map[string]any { return framework.Condition(typ, status, "Bench") }
 	ok := func(typ string) map[string]any { return framework.Condition(typ, "True", "Bench") }
 	patch := framework.PoolStatus(pool, map[string]any{"conditions": []any{
-		cond(v1alpha1.ConditionPlaceholderPodReady), ok(v1alpha1.ConditionNodeCtlHealthy), ok(v1alpha1.ConditionResourceSynced)}})
+		cond(v1alpha1.ConditionPlaceholderPodReady.String()), ok(v1alpha1.ConditionNodeCtlHealthy.String()), ok(v1alpha1.ConditionResourceSynced.String())}})
 	began := time.Now()
 	if err := e.admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
 		t.Fatal(err)

@@ -60,6 +60,7 @@ var looser = map[string][]string{
 	"sandboxpool.cue": {
 		"\tif priority != _|_ {\n\t\tpriorityClassName!: _\n\t}\n",
 		"\t@crd(rule=\"!has(self.priority) || has(self.priorityClassName)\"",
+		` & ("Class" | "Override" | error("must be one of Class, Override"))`,
 	},
 	"k8s.cue": {
 		"\tif operator != _|_ if operator == \"In\" || operator == \"NotIn\" {\n\t\tvalues!: list.MinItems(1)\n\t}\n",
@@ -234,9 +235,11 @@ func TestUpgradeRatchets(t *testing.T) {
 			t.Fatalf("storing under the older release: %v", err)
 		}
 	}
+	// The older agent wrote status.override.source "spec.override", outside today's enum.
 	agentStatus := func(zone string) map[string]any {
 		return map[string]any{"poolInfo": map[string]any{"zone": zone},
-			"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderPodReady, "True", "Running")}}
+			"override":   map[string]any{"enabled": false, "source": "spec.override"},
+			"conditions": []any{framework.Condition(v1alpha1.ConditionPlaceholderPodReady.String(), "True", "Running")}}
 	}
 	if err := applyStatus(ctx, node, v1alpha1.FieldManagerAgent, agentStatus("zone-a")); err != nil {
 		t.Fatalf("the agent's status under the older release: %v", err)
@@ -260,8 +263,8 @@ func TestUpgradeRatchets(t *testing.T) {
 		{"the agent's status write", applyStatus(ctx, node, v1alpha1.FieldManagerAgent, agentStatus("zone-b"))},
 		{"the controller's status write", applyStatus(ctx, controller, v1alpha1.FieldManagerController, map[string]any{
 			"phase": string(v1alpha1.PhaseReady), "conditions": []any{
-				framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy, "True", "LeaseRenewed"),
-				framework.Condition(v1alpha1.ConditionNodeNotFound, "False", "NodeExists")}})},
+				framework.Condition(v1alpha1.ConditionPlaceholderAgentHealthy.String(), "True", "LeaseRenewed"),
+				framework.Condition(v1alpha1.ConditionNodeNotFound.String(), "False", "NodeExists")}})},
 		{"an operator's override edit", mergePatch(ctx, operator, poolsGVR, legacyPoolName,
 			`{"spec":{"override":{"enabled":true,"reason":"OPS-1","resourcePolicy":{"resources":{"cpu":"3","memory":"6Gi"}}}}}`)},
 		{"the controller's snapshot update", mergePatch(ctx, controller, poolsGVR, legacyPoolName, `{"spec":{"resourcePolicy":{"resources":{"cpu":"3"}}}}`)},
@@ -284,9 +287,12 @@ func TestUpgradeRatchets(t *testing.T) {
 			mergePatch(ctx, controller, poolsGVR, legacyPoolName, `{"spec":{"placeholderPod":{"priority":7}}}`)},
 		{"an override with an invalid resource name", "spec.override.resourcePolicy.resources.bad name!",
 			mergePatch(ctx, operator, poolsGVR, legacyPoolName, `{"spec":{"override":{"resourcePolicy":{"resources":{"bad name!":"1"}}}}}`)},
+		{"a status write that changes override.source to a value outside the enum", `status.override.source`,
+			applyStatus(ctx, node, v1alpha1.FieldManagerAgent, map[string]any{"poolInfo": map[string]any{"zone": "zone-b"},
+				"override": map[string]any{"enabled": false, "source": "spec"}})},
 		{"a status write with an invalid condition reason", `Invalid value: "not a reason"`,
 			applyStatus(ctx, node, v1alpha1.FieldManagerAgent, map[string]any{"conditions": []any{
-				framework.Condition(v1alpha1.ConditionPlaceholderPodReady, "True", "not a reason")}})},
+				framework.Condition(v1alpha1.ConditionPlaceholderPodReady.String(), "True", "not a reason")}})},
 	} {
 		if w.err == nil || !strings.Contains(w.err.Error(), w.says) {
 			t.Errorf("%s: %v, want a refusal that says %q", w.what, w.err, w.says)

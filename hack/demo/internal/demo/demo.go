@@ -270,9 +270,9 @@ func summarize(state string) string {
 		return "no status yet"
 	}
 	good := map[string]string{
-		v1alpha1.ConditionPlaceholderPodReady: "True", v1alpha1.ConditionResourceSynced: "True",
-		v1alpha1.ConditionNodeCtlHealthy: "True", v1alpha1.ConditionPlaceholderAgentHealthy: "True",
-		v1alpha1.ConditionNodeNotFound: "False", v1alpha1.ConditionResizeInProgress: "False", v1alpha1.ConditionResizeDeferred: "False",
+		v1alpha1.ConditionPlaceholderPodReady.String(): "True", v1alpha1.ConditionResourceSynced.String(): "True",
+		v1alpha1.ConditionNodeCtlHealthy.String(): "True", v1alpha1.ConditionPlaceholderAgentHealthy.String(): "True",
+		v1alpha1.ConditionNodeNotFound.String(): "False", v1alpha1.ConditionResizeInProgress.String(): "False", v1alpha1.ConditionResizeDeferred.String(): "False",
 	}
 	phase, rest := fields[0], fields[1:]
 	if strings.Contains(phase, "=") {

@@ -2,19 +2,13 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/nodectl/api"
-	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,43 +19,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// Reasons of the agent's conditions and events.
-const (
-	ReasonPodsRunning         = "PodsRunning"
-	ReasonPodNotRunning       = "PodNotRunning"
-	ReasonPodNotReady         = "PodNotReady"
-	ReasonPodRejected         = "PodRejected"
-	ReasonShimStopped         = "ShimStopped"
-	ReasonShimExited          = "ShimExited"
-	ReasonNodeCtlHealthy      = "Healthy"
-	ReasonNodeCtlUnreachable  = "Unreachable"
-	ReasonSynced              = "Synced"
-	ReasonResizing            = "Resizing"
-	ReasonWaitingForKubelet   = "WaitingForKubelet"
-	ReasonNodeCtlRejected     = "NodeCtlRejected"
-	ReasonResizeDeferred      = "ResizeDeferred"
-	ReasonResizeInProgress    = "ResizeInProgress"
-	ReasonNoResize            = "NoResize"
-	ReasonResizeCompleted     = "ResizeCompleted"
-	ReasonResizeDeferredLong  = "ResizeDeferredTooLong"
-	ReasonInvalidPool         = "InvalidPool"
-	ReasonNodeCtlStopped      = "NodeCtlStopped"
-	ActionResize              = "Resize"
-	ActionValidate            = "Validate"
-	ActionStopNodeCtl         = "StopNodeCtl"
-	overrideSourceSpec        = "spec.override"
-	nodeCtlRestartMinInterval = 30 * time.Second
-)
-
-// Backoff after kubelet refused a piece of a pool: the first retry after rejectionBackoff,
-// doubling up to maxRejectionBackoff.
-const (
-	rejectionBackoff    = 5 * time.Second
-	maxRejectionBackoff = 5 * time.Minute
-	// pendingRecheck is how often a pass looks again while kubelet has neither admitted nor
-	// rejected a piece (a rejection is an event, which triggers no pass).
-	pendingRecheck = time.Second
-)
+// pendingRecheck is how often a pass looks again while kubelet has neither admitted nor
+// rejected a piece (a rejection is an event, which triggers no pass).
+const pendingRecheck = time.Second
 
 // reconcile is one level-triggered pass over one pool: everything is derived from what is
 // observed now (pool, manifests on disk, mirror pods, node-ctl's state), so a crash or a
@@ -104,7 +64,7 @@ func (a *Agent) sync(ctx context.Context, name string) (ctrl.Result, error) {
 	pool, err = a.defaulted(pool)
 	if err != nil {
 		log.Error(err, "pool fails the schema; keeping the current manifests")
-		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonInvalidPool, ActionValidate, "Pool fails the schema, manifests left as they are: %v", err)
+		a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, EventReasonInvalidPool, ActionValidate, "Pool fails the schema, manifests left as they are: %v", err)
 		return ctrl.Result{}, nil
 	}
 
@@ -265,12 +225,6 @@ func resourcesText(l corev1.ResourceList) string {
 	return strings.Join(parts, ", ")
 }
 
-func (a *Agent) nodeCtlView() nodeCtlView {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.nc
-}
-
 // defaulted runs the pool through the compiled CUE schema, like the webhook does, and
 // returns it with every schema default filled in (the agent acts on the defaulted spec, so a
 // default is never restated in Go). On error it returns the pool unchanged.
@@ -278,21 +232,13 @@ func (a *Agent) defaulted(pool *v1alpha1.SandboxPool) (*v1alpha1.SandboxPool, er
 	p := pool.DeepCopy()
 	p.APIVersion, p.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.KindSandboxPool
 	p.ManagedFields = nil
-	b, err := json.Marshal(p)
+	d, err := schema.DefaultAs(a.schema, schema.KindSandboxPool, p)
 	if err != nil {
 		return pool, err
-	}
-	out, err := a.schema.Default(schema.KindSandboxPool, b)
-	if err != nil {
-		return pool, err
-	}
-	var d v1alpha1.SandboxPool
-	if err := json.Unmarshal(out, &d); err != nil {
-		return pool, fmt.Errorf("decoding the defaulted pool: %w", err)
 	}
 	// The schema covers what users write; keep the server's metadata as it is.
 	d.ObjectMeta = pool.ObjectMeta
-	return &d, nil
+	return d, nil
 }
 
 // effectiveResources is the override's policy when enabled, else the class snapshot.
@@ -319,67 +265,9 @@ func appliedResources(st *api.State, pool *v1alpha1.SandboxPool) corev1.Resource
 	return out
 }
 
-// applyNodeCtl writes node-ctl's config and asks it to reload; when node-ctl does not
-// answer, the restart command is the fallback (at most every 30 s).
-func (a *Agent) applyNodeCtl(ctx context.Context, pool *v1alpha1.SandboxPool, res corev1.ResourceList) (*api.State, error) {
-	cfg := api.Config{APIVersion: api.APIVersion, Pool: api.PoolRef{Name: pool.Name, UID: string(pool.UID)},
-		Generation: pool.Generation, Resources: map[string]string{}}
-	for k, v := range res {
-		cfg.Resources[string(k)] = v.String()
-	}
-	if err := nodectl.WriteConfig(a.opts.NodeCtlConfig, cfg); err != nil {
-		return nil, fmt.Errorf("writing the node-ctl config: %w", err)
-	}
-	st, err := a.nodectl.Reload(ctx)
-	switch {
-	case err == nil:
-		nodeCtlApplies.WithLabelValues("applied").Inc()
-		logf.FromContext(ctx).Info("node-ctl applied", "generation", cfg.Generation, "resources", cfg.Resources)
-		return st, nil
-	case errors.Is(err, nodectl.ErrRejected):
-		nodeCtlApplies.WithLabelValues("rejected").Inc()
-		return nil, fmt.Errorf("node-ctl rejected the config: %w", err)
-	}
-	nodeCtlApplies.WithLabelValues("unreachable").Inc()
-	a.restartNodeCtl(ctx)
-	return nil, fmt.Errorf("node-ctl did not answer the reload: %w", err)
-}
-
-func (a *Agent) restartNodeCtl(ctx context.Context) {
-	a.mu.Lock()
-	now := a.opts.Clock.Now()
-	due := a.opts.NodeCtlRestartCommand != "" && now.Sub(a.lastRestart) >= nodeCtlRestartMinInterval
-	if due {
-		a.lastRestart = now
-	}
-	pid := 0
-	if a.nc.State != nil {
-		pid = a.nc.State.PID
-	}
-	a.mu.Unlock()
-	if due {
-		a.runCommand(ctx, "restart", a.opts.NodeCtlRestartCommand, pid)
-	}
-}
-
-// runCommand runs a node-ctl lifecycle command with sh -c and NODECTL_PID.
-func (a *Agent) runCommand(ctx context.Context, what, command string, pid int) {
-	log := logf.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-	cmd.Env = append(os.Environ(), "NODECTL_PID="+strconv.Itoa(pid))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		log.Error(err, "node-ctl "+what+" command failed", "command", command, "output", string(out))
-		return
-	}
-	log.Info("ran the node-ctl "+what+" command", "command", command)
-}
-
 // poolGone handles a pool that is deleted or being deleted: its manifest goes (kubelet then
 // removes the pod and the controller releases the pool), and node-ctl is stopped, once.
-// A resize rebuilds the pod but never gets here: node-ctl is stopped only when the pool is
+// A resize replaces pieces but never gets here: node-ctl is stopped only when the pool is
 // really gone.
 func (a *Agent) poolGone(ctx context.Context, name string, uid types.UID) error {
 	if err := manifest.RemovePool(a.opts.ManifestDir, name); err != nil {
@@ -387,100 +275,8 @@ func (a *Agent) poolGone(ctx context.Context, name string, uid types.UID) error 
 	}
 	a.forgetShims(name)
 	a.mu.Lock()
-	st := a.nc.State
-	delete(a.reported, name)
-	delete(a.resizes, name)
-	delete(a.leases, name)
-	// node-ctl serves this pool (by name, and by UID when known) and was not stopped yet.
-	serves := st != nil && st.Pool.Name == name && (uid == "" || st.Pool.UID == string(uid))
-	stop := serves && !a.stopped[types.UID(st.Pool.UID)] && a.opts.NodeCtlStopCommand != ""
-	if stop {
-		a.stopped[types.UID(st.Pool.UID)] = true
-	}
+	delete(a.poolStates, name)
 	a.mu.Unlock()
-	if stop {
-		logf.FromContext(ctx).Info("pool gone: stopping node-ctl", "pool", name)
-		a.runCommand(ctx, "stop", a.opts.NodeCtlStopCommand, st.PID)
-	}
+	a.stopNodeCtl(ctx, name, uid)
 	return nil
-}
-
-// resizeNotes is what the agent remembers of a pool's resize between passes: when the
-// current deferral began and what it has said of it, and kubelet's last refusal.
-type resizeNotes struct {
-	deferredSince time.Time
-	deferredKind  deferral
-	warnedLong    bool
-	rejectedAt    time.Time
-	rejections    int
-	lastRejection string
-	inProgress    bool
-}
-
-// noteRejection records that kubelet refused a piece of pool, for the backoff, and says so.
-func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc piece) {
-	a.mu.Lock()
-	n := a.resizes[pool.Name]
-	n.rejectedAt, n.rejections = a.opts.Clock.Now(), n.rejections+1
-	n.lastRejection = "kubelet refused placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
-	a.resizes[pool.Name] = n
-	a.mu.Unlock()
-	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonPodRejected, ActionResize,
-		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), resourcesText(pc.Res), pc.Reason)
-}
-
-// rejectionBackoff reports whether kubelet refused a piece of pool too recently to ask
-// again, and its word then.
-func (a *Agent) rejectionBackoff(pool string) (bool, string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n := a.resizes[pool]
-	if n.rejections == 0 {
-		return false, ""
-	}
-	wait := min(rejectionBackoff<<min(n.rejections-1, 16), maxRejectionBackoff)
-	return a.opts.Clock.Since(n.rejectedAt) < wait, n.lastRejection
-}
-
-// noteResize emits the resize's events: a Warning when a resize starts to wait (and once
-// more past DeferredWarningAfter), a Normal event when one completes.
-func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
-	p := ps.plan
-	a.mu.Lock()
-	n := a.resizes[pool.Name]
-	now := a.opts.Clock.Now()
-	var events []func()
-	switch {
-	case p.Deferred == "":
-		n.deferredSince, n.deferredKind, n.warnedLong = time.Time{}, "", false
-	case n.deferredKind != p.Deferred:
-		n.deferredSince, n.deferredKind, n.warnedLong = now, p.Deferred, false
-		reason := p.Reason
-		events = append(events, func() {
-			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferred, ActionResize, "Resize deferred: %s", reason)
-		})
-	case !n.warnedLong && now.Sub(n.deferredSince) >= a.opts.DeferredWarningAfter:
-		n.warnedLong = true
-		d, reason := now.Sub(n.deferredSince).Round(time.Second), p.Reason
-		events = append(events, func() {
-			a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonResizeDeferredLong, ActionResize, "Resize deferred for %s: %s", d, reason)
-		})
-	}
-	if ps.applied != nil && !p.Synced {
-		n.inProgress = true
-	}
-	if p.Synced {
-		if n.inProgress {
-			lock := resourcesText(p.Lock)
-			events = append(events, func() {
-				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, ReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
-			})
-		}
-		n.inProgress, n.rejections, n.lastRejection = false, 0, ""
-	}
-	a.resizes[pool.Name] = n
-	a.mu.Unlock()
-	for _, e := range events {
-		e()
-	}
 }

@@ -1,0 +1,111 @@
+package operator
+
+import (
+	"sync"
+	"time"
+)
+
+// classState is what the class reconciler remembers of one class between passes. A
+// restarted controller starts without it and behaves correctly: it shapes the size of the
+// next pass's first batch of creates, says which conflicts were reported already, and times
+// the fan-out.
+type classState struct {
+	// fanoutGeneration is the class generation first found out of sync, at fanoutSince;
+	// fanoutSince is zero while the class is in sync.
+	fanoutGeneration int64
+	fanoutSince      time.Time
+	// conflicted is the set of conflicting nodes last reported, so an event is emitted once
+	// per new conflict rather than on every pass.
+	conflicted map[string]bool
+	// firstBatch is the batch the next creates start with: 0 (slowStartInitialBatch) at
+	// first and after an error, else twice the last batch that fully succeeded, up to the
+	// burst cap, so a fan-out larger than the cap does not restart its slow start at 1
+	// every pass.
+	firstBatch int
+}
+
+// classStates holds the classState of every class the reconciler has seen. The zero value
+// is ready to use.
+type classStates struct {
+	mu     sync.Mutex // guards byName and the states in it
+	byName map[string]*classState
+}
+
+// with calls f with the state of class, made if the class has none yet, under the lock.
+func (s *classStates) with(class string, f func(*classState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byName == nil {
+		s.byName = map[string]*classState{}
+	}
+	st := s.byName[class]
+	if st == nil {
+		st = &classState{}
+		s.byName[class] = st
+	}
+	f(st)
+}
+
+// forget drops the state of a deleted class.
+func (s *classStates) forget(class string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byName, class)
+}
+
+// firstBatch is the size of the first batch of the class's next creates.
+func (s *classStates) firstBatch(class string) int {
+	b := slowStartInitialBatch
+	s.with(class, func(st *classState) {
+		if st.firstBatch > 0 {
+			b = st.firstBatch
+		}
+	})
+	return b
+}
+
+// noteBatch records how the class's creates went: lastOK is the largest batch that fully
+// succeeded (0 if none), err their error.
+func (s *classStates) noteBatch(class string, lastOK int, err error, burst int) {
+	s.with(class, func(st *classState) {
+		if err != nil || lastOK == 0 {
+			st.firstBatch = 0
+			return
+		}
+		st.firstBatch = min(2*lastOK, burst)
+	})
+}
+
+// newConflicts records the class's conflicting nodes of this pass and returns those not
+// reported by the pass before.
+func (s *classStates) newConflicts(class string, conflicts []nodeConflict) []nodeConflict {
+	var fresh []nodeConflict
+	s.with(class, func(st *classState) {
+		now := make(map[string]bool, len(conflicts))
+		for _, c := range conflicts {
+			now[c.Node] = true
+			if !st.conflicted[c.Node] {
+				fresh = append(fresh, c)
+			}
+		}
+		st.conflicted = now
+	})
+	return fresh
+}
+
+// noteFanout times the fan-out, from the first pass that finds a class generation's pools
+// out of sync to the first that finds them in sync: done reports that this pass ended one
+// that took d.
+func (s *classStates) noteFanout(class string, generation int64, outOfSync bool, now time.Time) (d time.Duration, done bool) {
+	s.with(class, func(st *classState) {
+		started := !st.fanoutSince.IsZero()
+		switch {
+		case outOfSync && (!started || st.fanoutGeneration != generation):
+			st.fanoutGeneration, st.fanoutSince = generation, now
+		case !outOfSync && started:
+			d, done = now.Sub(st.fanoutSince), true
+			st.fanoutSince = time.Time{}
+		}
+	})
+	return d, done
+}
