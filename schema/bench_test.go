@@ -28,7 +28,7 @@ var benchObjects = []benchObject{
 		`"2026-11-29T`, `"%04d-11-29T`,
 		`"allocatedMemoryBytes":0`, `"allocatedMemoryBytes":%d`,
 		`"uid":"7c0f6d8e`, `"uid":"%08x`,
-		`"source":"Class"`, `"source":"Class-%d"`,
+		`"source":"Class"`, `"source":"Class","reason":"copy %d"`,
 		`"lastAppliedGeneration":2`, `"lastAppliedGeneration":%d`,
 	}},
 	{"SandboxPoolClass", "class-default.yaml", []string{
