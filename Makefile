@@ -177,7 +177,7 @@ bench-policy-layer: tools ## The policy layer's table in docs/benchmarks.md: CUE
 	$(GO) test -run '^$$' -bench 'Validate|ServeHTTP|StatusWriteSkipsUnchangedSpec' -benchmem -benchtime 300x -count $(BENCH_COUNT) \
 		./webhook/ | tee -a _output/bench-webhook.txt
 	$(BENCH_UPTIME) _output/bench-webhook-throughput.txt
-	$(GO) test -run '^$$' -bench WebhookThroughput -benchtime 1x ./tests/webhookload/ | tee -a _output/bench-webhook-throughput.txt
+	$(GO) test -v -run '^$$' -bench WebhookThroughput -benchtime 1x ./tests/webhookload/ | tee -a _output/bench-webhook-throughput.txt
 	$(BENCH_UPTIME) _output/bench-admission.txt
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/ | tee -a _output/bench-admission.txt
 	$(BENCH_UPTIME) _output/bench-idle-cost.txt
