@@ -26,6 +26,9 @@ KUBE_SCHEDULER := $(CONTROLPLANE)/kube-scheduler
 KUBE_PROXY     := $(CONTROLPLANE)/kube-proxy
 ETCD           := $(CONTROLPLANE)/etcd
 CUE            := $(CLI_TOOLS)/cue
+# golangci-lint, in its own tools module (hack/lint): its dependencies stay out of the others'.
+GOLANGCI_LINT_VERSION := $(shell awk '$$1=="github.com/golangci/golangci-lint/v2"{print $$2}' hack/lint/go.mod)
+GOLANGCI_LINT  := $(TOOLS_DIR)/lint-golangci$(GOLANGCI_LINT_VERSION:v%=%)/golangci-lint
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
 OPA            := $(CLI_TOOLS)/opa
 
@@ -62,8 +65,9 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
 
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
-TEST_ENV := KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL_REQUIRE_TOOLS=1 \
-	SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) SANDBOXPOOL_MONITORING=$(MONITORING_TOOLS)
+TEST_ENV = KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL_REQUIRE_TOOLS=1 \
+	SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) SANDBOXPOOL_MONITORING=$(MONITORING_TOOLS) \
+	SANDBOXPOOL_IMAGES=$(abspath $(IMAGES_DIR)) SANDBOXPOOL_IMAGES_B=$(abspath $(IMAGES_B_DIR))
 
 ##@ General
 
@@ -85,7 +89,7 @@ generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) #
 		agent/shimapi/v1/shimapi.proto
 
 .PHONY: verify
-verify: generate ## Regenerate and fail on any drift; check formatting, vet and tool pins.
+verify: generate lint ## Regenerate and fail on any drift; check formatting, vet, lint and tool pins.
 	@drift=$$(git status --porcelain -- deploy/crds schema/v1alpha1 agent/shimapi); \
 	if [ -n "$$drift" ]; then \
 		echo "Generated files differ from the committed ones (run make generate and commit):"; \
@@ -100,6 +104,10 @@ verify: generate ## Regenerate and fail on any drift; check formatting, vet and 
 	@lib=$$(awk '$$1=="github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2}' go.mod); \
 	bin=$$(awk '$$1=="github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2}' hack/containerd/go.mod); \
 	if [ "$$lib" != "$$bin" ]; then echo "containerd: tools $$bin (hack/containerd/go.mod) and shim library $$lib (go.mod) differ"; exit 1; fi
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run the pinned golangci-lint with .golangci.yml (part of make verify).
+	$(GOLANGCI_LINT) run ./...
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
@@ -130,6 +138,14 @@ IMAGES_DIR ?= _output/images
 images: ## Build the controller and webhook images as OCI archives in IMAGES_DIR (reproducible, no Docker; VERSION, IMAGE_REPO).
 	$(GO) run ./hack/images build --out $(IMAGES_DIR) --repo $(IMAGE_REPO) --version $(VERSION)
 
+# A second build of the same code stamped $(VERSION)-b: tests/e2e rolls the Deployments to
+# it and back (TestRollingUpdate), as an upgrade does.
+IMAGES_B_DIR ?= $(IMAGES_DIR)-b
+
+.PHONY: images-b
+images-b:
+	$(GO) run ./hack/images build --out $(IMAGES_B_DIR) --repo $(IMAGE_REPO) --version $(VERSION)-b
+
 .PHONY: push
 push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example.com/team; credentials from docker login).
 	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 1; fi
@@ -138,7 +154,7 @@ push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example
 ##@ Testing
 
 .PHONY: test
-test: tools verify cue-vet opa-check ## Run every test: drift check, cue CLI, unit, integration on a real API server.
+test: tools verify cue-vet opa-check images images-b ## Run every test: drift check, cue CLI, unit, integration on a real API server, end-to-end on a one-node cluster.
 	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz
 
@@ -227,7 +243,7 @@ bench-lease-load: tools ## The API server under the steady Lease load alone (LEA
 		-run TestLeaseLoad ./tests/scale/ | tee _output/bench-lease-load.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
 
 .PHONY: bench-e2e
-bench-e2e: tools ## End-to-end latencies on the real stack: class → Ready, mirror pod, manifest, resize (root).
+bench-e2e: tools images images-b ## End-to-end latencies on the real stack: class → Ready, mirror pod, manifest, resize (root).
 	@mkdir -p _output
 	$(TEST_ENV) SANDBOXPOOL_E2E_FIGURES=1 $(GO) test -count=1 -v -timeout 60m -run TestFigures ./tests/e2e/ \
 		| tee _output/bench-e2e.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
@@ -235,18 +251,19 @@ bench-e2e: tools ## End-to-end latencies on the real stack: class → Ready, mir
 ##@ Demo
 
 DEMO_DIR ?= /tmp/sandboxpool-demo
-DEMO_BINARIES := ./cmd/placeholder-agent ./cmd/sandboxpool-controller ./cmd/sandboxpool-webhook \
-	./cmd/node-ctl ./cmd/containerd-shim-placeholder-v2
+# The node half, which the demo installs with deploy/node/install.sh; the cluster half are
+# the images (make images).
+DEMO_BINARIES := ./cmd/placeholder-agent ./cmd/node-ctl ./cmd/containerd-shim-placeholder-v2
 # The demo program make demo builds and runs; make demo-down runs it again to stop the demo.
 DEMO_BIN ?= bin/sandboxpool-demo
 
 .PHONY: demo
-demo: demo-preflight $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CONTAINERD_BINS) ## Run the whole system on this machine (root): control plane, one kubelet node, the examples.
+demo: demo-preflight $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(KUBE_PROXY) $(CONTAINERD_BINS) images ## Run the whole system on this machine (root): a one-node cluster, the cluster half from deploy/, the examples.
 	@mkdir -p bin $(dir $(DEMO_BIN))
 	$(GO) build -trimpath -o bin/ $(DEMO_BINARIES)
 	$(GO) build -trimpath -o $(DEMO_BIN) ./hack/demo
 	KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CONTAINERD=$(CONTAINERD_TOOLS) \
-		$(DEMO_BIN) up --dir=$(DEMO_DIR) --bin=bin
+		$(DEMO_BIN) up --dir=$(DEMO_DIR) --bin=bin --images=$(IMAGES_DIR)
 
 .PHONY: demo-preflight
 demo-preflight: # before the tools are built: the demo needs root
@@ -261,8 +278,9 @@ demo-down: ## Stop exactly what make demo started (PIDs from its state file) and
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
-	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) ## Build the pinned tools.
+tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(KUBE_PROXY) \
+	$(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
+	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) $(GOLANGCI_LINT) ## Build the pinned tools.
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-apiserver and kubectl $(KUBE_VERSION) (first time: several minutes)"
@@ -281,7 +299,7 @@ $(KUBELET): hack/kube/go.mod hack/kube/go.sum
 	@touch $@
 
 .PHONY: kube-controller-manager
-kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build kube-controller-manager (its DaemonSet controller is the side-by-side of make bench-scale).
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build kube-controller-manager (the one-node cluster's; its DaemonSet controller is also make bench-scale's side-by-side).
 
 $(KUBE_CONTROLLER_MANAGER): hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-controller-manager $(KUBE_VERSION)"
@@ -289,8 +307,8 @@ $(KUBE_CONTROLLER_MANAGER): hack/kube/go.mod hack/kube/go.sum
 	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 	@touch $@
 
-# kube-scheduler and kube-proxy: the rest of a cluster's control plane, for running deploy/'s
-# Deployments on the local stack.
+# kube-scheduler and kube-proxy: the rest of a cluster, with which the one-node cluster of
+# tests/e2e and make demo runs deploy/'s Deployments.
 .PHONY: kube-scheduler kube-proxy
 kube-scheduler: $(KUBE_SCHEDULER) ## Build kube-scheduler.
 kube-proxy: $(KUBE_PROXY) ## Build kube-proxy.
@@ -311,6 +329,11 @@ $(ETCD): hack/etcd/go.mod hack/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION)"
 	@mkdir -p $(CONTROLPLANE)
 	cd hack/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@ go.etcd.io/etcd/server/v3
+	@touch $@
+
+$(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
+	@echo ">> building golangci-lint $(GOLANGCI_LINT_VERSION)"
+	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	@touch $@
 
 $(CUE) $(DEEPCOPY_GEN) $(OPA) &: hack/tools/go.mod hack/tools/go.sum

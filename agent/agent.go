@@ -8,10 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
-	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,6 +33,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Agent is one node's placeholder-agent. Build it with New and run it with Run.

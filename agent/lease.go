@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +13,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // renewLeases renews the Lease of every pool of the node every LeaseRenewInterval: the

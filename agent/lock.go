@@ -7,9 +7,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // The lock of a pool is a set of static pods, its pieces (docs/agent.md, "The lock"). Each
@@ -163,11 +164,11 @@ func planLock(in lockInput) lockPlan {
 	pending := 0
 	lock, running := corev1.ResourceList{}, corev1.ResourceList{}
 	for _, pc := range in.Pieces {
-		switch {
-		case pc.State == pieceRejected:
+		switch pc.State {
+		case pieceRejected:
 			rejected = append(rejected, pc)
 			p.Remove = append(p.Remove, pc.Number)
-		case pc.State == piecePending:
+		case piecePending:
 			pending++
 		}
 		if pc.holds() {

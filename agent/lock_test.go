@@ -337,7 +337,7 @@ func (s *lockSim) resize(old, desired corev1.ResourceList, maxPasses int) lockPl
 		floor = nil // a new pool's first lock
 	}
 	var p lockPlan
-	for pass := 0; pass < maxPasses; pass++ {
+	for pass := range maxPasses {
 		in := lockInput{Desired: desired, Applied: s.applied, AllocatedMemory: s.usage, Watermark: 0.85, NextPiece: s.next}
 		for _, n := range slices.Sorted(maps.Keys(s.pieces)) {
 			sp := s.pieces[n]

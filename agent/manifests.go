@@ -3,8 +3,9 @@ package agent
 import (
 	"context"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/go-logr/logr"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
 )
 
 // watchManifests re-runs a pool's reconcile when its manifest file changes (fsnotify), and

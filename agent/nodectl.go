@@ -9,13 +9,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentcube/sandboxpool/nodectl/api"
-	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/nodectl/api"
+	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // NodeCtl is what the agent asks node-ctl (docs/node-ctl-contract.md): its health, its

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/shimapi"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Options configure the agent. AddFlags binds every field to a flag; DefaultOptions has the

@@ -9,19 +9,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-)
 
-// mirrorAnnotation is set by kubelet on a mirror pod: the UID of its static pod.
-const mirrorAnnotation = "kubernetes.io/config.mirror"
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+)
 
 // kubeletComponent is the source of kubelet's events.
 const kubeletComponent = "kubelet"

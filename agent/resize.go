@@ -5,8 +5,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // DefaultWatermark is the share of a new, smaller memory size the pool's sandboxes may use

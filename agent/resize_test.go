@@ -3,16 +3,15 @@ package agent
 import (
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func rl(cpu, mem string) corev1.ResourceList {
 	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
 }
-
-const gi = 1 << 30
 
 func TestResizeState(t *testing.T) {
 	want := rl("2", "4Gi")

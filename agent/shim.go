@@ -10,12 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/shimapi"
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 )
 
 // shimService is the agent's side of the PlaceholderShim API (agent/shimapi): it records what

@@ -6,13 +6,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/internal/ssa"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/internal/ssa"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // reportedStatus is the last status the agent applied and the memory figure it carried.

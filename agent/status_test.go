@@ -4,9 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func TestOverrideStatus(t *testing.T) {

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // ensureFinalizer adds the class finalizer, which keeps a deleted class until its pools are

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -19,6 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func testClass(name string) *v1alpha1.SandboxPoolClass {

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/internal/ssa"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/internal/ssa"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // maxConflictsInMessage bounds the NodeConflict condition message.

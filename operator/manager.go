@@ -8,9 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator/phase"
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,6 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/agentcube/sandboxpool/operator/phase"
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Options configure the controller. Every field has a flag (AddFlags) and a default

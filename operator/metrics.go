@@ -1,9 +1,10 @@
 package operator
 
 import (
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Metrics of the controller, on the manager's /metrics next to controller-runtime's own

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // nodeCondition is NodeNotFound: True when the pool's node does not exist.

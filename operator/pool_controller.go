@@ -6,10 +6,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentcube/sandboxpool/internal/ssa"
-	"github.com/agentcube/sandboxpool/operator/phase"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/agentcube/sandboxpool/internal/ssa"
+	"github.com/agentcube/sandboxpool/operator/phase"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Defaults of the controller's flags.
@@ -189,11 +190,11 @@ func controllerStatus(p v1alpha1.SandboxPoolPhase, conds []metav1.Condition) v1a
 
 // soonest is the smallest positive duration, or 0.
 func soonest(ds ...time.Duration) time.Duration {
-	var min time.Duration
+	var first time.Duration
 	for _, d := range ds {
-		if d > 0 && (min == 0 || d < min) {
-			min = d
+		if d > 0 && (first == 0 || d < first) {
+			first = d
 		}
 	}
-	return min
+	return first
 }

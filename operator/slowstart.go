@@ -23,15 +23,13 @@ func slowStartBatch(count, initial int, fn func(i int) error) (int, int, error) 
 			errs []error
 		)
 		for i := done; i < done+batch; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if err := fn(i); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		done += batch - len(errs)

@@ -163,15 +163,13 @@ func TestConcurrentUse(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 8*len(objs))
 	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for _, o := range objs {
 				if _, err := s.Default(schema.Kind(o.Kind), o.JSON); err != nil {
 					errs <- err
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -72,7 +73,7 @@ func TestLabelSelectorAgreesWithKubernetes(t *testing.T) {
 				}
 				return
 			}
-			ve, ok := err.(*schema.ValidationError)
+			ve, ok := errors.AsType[*schema.ValidationError](err)
 			if !ok {
 				t.Fatalf("Kubernetes rejects it (%v; %v), the schema says %v", k8sErrs.ToAggregate(), convErr, err)
 			}

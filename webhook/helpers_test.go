@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"encoding/json"
-	"github.com/agentcube/sandboxpool/policy/policytest"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/webhook"

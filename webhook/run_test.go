@@ -135,6 +135,7 @@ func TestRun(t *testing.T) {
 	newTestCert(t, "webhook").install(t, certDir)
 	opts := DefaultOptions()
 	opts.Addr, opts.HealthAddr, opts.MetricsAddr, opts.CertDir = freeAddr(t), freeAddr(t), freeAddr(t), certDir
+	opts.ShutdownDelay = 2 * time.Second
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -202,20 +203,32 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
-	resp, err := client.Post("https://"+opts.Addr+ValidatePath, "application/json", strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
+	// review posts the review; closed is whether the webhook asked to close the connection.
+	review := func() (resp *admissionv1.AdmissionResponse, closed bool) {
+		t.Helper()
+		r, err := client.Post("https://"+opts.Addr+ValidatePath, "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rv admissionv1.AdmissionReview
+		err = json.NewDecoder(r.Body).Decode(&rv)
+		r.Body.Close()
+		client.CloseIdleConnections()
+		if err != nil || rv.Response == nil {
+			t.Fatalf("decoding the review: %v", err)
+		}
+		return rv.Response, r.Close
 	}
-	var rv admissionv1.AdmissionReview
-	err = json.NewDecoder(resp.Body).Decode(&rv)
-	resp.Body.Close()
-	client.CloseIdleConnections()
-	if err != nil || rv.Response == nil {
-		t.Fatalf("decoding the review: %v", err)
+	denied := func(r *admissionv1.AdmissionResponse) bool {
+		return !r.Allowed && r.Result != nil && r.Result.Code == http.StatusForbidden &&
+			strings.Contains(r.Result.Message, "already belongs to class default")
 	}
-	if rv.Response.Allowed || rv.Response.Result == nil || rv.Response.Result.Code != http.StatusForbidden ||
-		!strings.Contains(rv.Response.Result.Message, "already belongs to class default") {
-		t.Errorf("response %+v, want a 403 naming class default", rv.Response)
+	r, closed := review()
+	if !denied(r) {
+		t.Errorf("response %+v, want a 403 naming class default", r)
+	}
+	if closed {
+		t.Error("a serving webhook closes its connections")
 	}
 
 	if code, metrics := get("http://" + opts.MetricsAddr + MetricsPath); code != http.StatusOK ||
@@ -225,14 +238,35 @@ func TestRun(t *testing.T) {
 		t.Errorf("metrics = %d:\n%s", code, grepLines(metrics, "sandboxpool_webhook"))
 	}
 
+	// Stopped: for ShutdownDelay it still decides, closing each connection after its
+	// answer, and is not ready; then it returns.
 	stop()
+	stopped := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, opts.ShutdownDelay, true, func(context.Context) (bool, error) {
+		var code int
+		code, lastReady = get("http://" + opts.HealthAddr + ReadyzPath)
+		return code >= http.StatusBadRequest && strings.Contains(lastReady, "[-]shutting-down failed"), nil
+	})
+	if err != nil {
+		t.Errorf("readyz while stopping = %q, want a failure naming shutting-down", lastReady)
+	}
+	r, closed = review()
+	if !denied(r) || !closed {
+		t.Errorf("while stopping: response %+v, connection closed %v; want the same decision and Connection: close", r, closed)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("Run returned %v after cancel, want nil", err)
 		}
+		if waited := time.Since(stopped); waited < opts.ShutdownDelay {
+			t.Errorf("Run returned %s after cancel, before the shutdown delay %s", waited, opts.ShutdownDelay)
+		}
 	case <-ctx.Done():
 		t.Fatal("Run did not return after cancel")
+	}
+	if _, err := net.DialTimeout("tcp", opts.Addr, time.Second); err == nil {
+		t.Error("the webhook still listens after Run returned")
 	}
 }
 

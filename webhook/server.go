@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +42,11 @@ const (
 	CertFile = "tls.crt"
 	KeyFile  = "tls.key"
 
+	// DefaultShutdownDelay is how long the webhook keeps serving after it is told to stop
+	// (SIGTERM): the time the cluster takes to stop sending it requests (docs/webhook.md,
+	// "Shutdown").
+	DefaultShutdownDelay = 5 * time.Second
+
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
 	MetricsPath = "/metrics"
@@ -67,6 +74,9 @@ type Options struct {
 	// PolicyBundle is an OPA bundle (a directory or a .tar.gz) to evaluate instead of the
 	// embedded one; empty uses the embedded bundle.
 	PolicyBundle string
+	// ShutdownDelay is how long Run keeps serving once ctx is done, before it shuts its
+	// servers down: /readyz fails and every answer closes its connection meanwhile.
+	ShutdownDelay time.Duration
 }
 
 // DefaultOptions are the options of the default install.
@@ -81,6 +91,7 @@ func DefaultOptions() Options {
 		ControllerGroups:    c.ControllerGroups,
 		OperatorUsernames:   c.OperatorUsernames,
 		OperatorGroups:      c.OperatorGroups,
+		ShutdownDelay:       DefaultShutdownDelay,
 	}
 }
 
@@ -120,34 +131,66 @@ func NewEngine(ctx context.Context, o Options) (*policy.Engine, error) {
 	return e, nil
 }
 
-// Run serves the webhook until ctx is done, then shuts it down gracefully. It runs the
-// manager of NewManager; it returns the first error of any of its servers, nil after ctx
-// is done.
+// Run serves the webhook until ctx is done, drains for ShutdownDelay, then shuts it down
+// gracefully. It runs the manager of newManager; it returns the first error of any of its
+// servers, nil after ctx is done.
+//
+// The drain is what keeps a rolling update or a deleted Pod from failing admissions (with
+// failurePolicy Fail, an admission the API server cannot get an answer for is an error for
+// the writer): when a webhook Pod is deleted, the API server's connections to it stay open
+// and new ones can reach it until the Pod's endpoint is gone from every node's Service
+// rules. So the webhook keeps answering meanwhile, with "Connection: close" on each answer
+// so that each connection's next request goes through the updated rules to another replica,
+// and reports not ready; only then does it stop listening.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
 	opts = opts.withDefaults()
-	mgr, err := NewManager(ctx, cfg, opts, log)
+	if opts.ShutdownDelay < 0 {
+		return fmt.Errorf("--shutdown-delay %s: must not be negative", opts.ShutdownDelay)
+	}
+	var draining atomic.Bool
+	mgr, err := newManager(ctx, cfg, opts, &draining, log)
 	if err != nil {
 		return err
 	}
 	log.Info("starting", "addr", opts.Addr, "certDir", opts.CertDir, "healthAddr", opts.HealthAddr,
-		"metricsAddr", opts.MetricsAddr, "policyBundle", cmp.Or(opts.PolicyBundle, "embedded"))
-	err = mgr.Start(ctx)
+		"metricsAddr", opts.MetricsAddr, "policyBundle", cmp.Or(opts.PolicyBundle, "embedded"), "shutdownDelay", opts.ShutdownDelay)
+	// The manager runs until the drain after ctx is done has passed.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		select {
+		case <-serveCtx.Done(): // the manager failed
+			return
+		case <-ctx.Done():
+		}
+		draining.Store(true)
+		log.Info("stopping: answering with Connection: close and not ready until the delay has passed", "shutdownDelay", opts.ShutdownDelay)
+		t := time.NewTimer(opts.ShutdownDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-serveCtx.Done():
+		}
+		stopServing()
+	}()
+	err = mgr.Start(serveCtx)
 	log.Info("stopped", "error", errString(err))
 	return err
 }
 
-// NewManager builds the webhook's process as a controller-runtime manager:
+// newManager builds the webhook's process as a controller-runtime manager:
 //   - its webhook server serves the admission Handler at ValidatePath over HTTPS on Addr
 //     (TLS 1.2 or later, HTTP/1.1), with the certificate of CertDir, which must exist at
 //     start and is reloaded whenever its files change (controller-runtime's certwatcher);
 //   - /healthz (the process is up) and /readyz (the webhook server answers TLS and the pool
-//     inventory has synced) on HealthAddr;
+//     inventory has synced, until draining is set) on HealthAddr;
+//   - while draining is set, every answer asks the client to close its connection;
 //   - /metrics on MetricsAddr: controller-runtime's registry, with the webhook's metrics,
 //     the webhook server's, certwatcher's, client-go's and the Go runtime and process
 //     collectors;
 //   - its cache holds the cluster-wide SandboxPool informer that feeds the policy's
 //     inventory, reached through cfg.
-func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) (manager.Manager, error) {
+func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *atomic.Bool, log logr.Logger) (manager.Manager, error) {
 	opts = opts.withDefaults()
 	host, port, err := splitAddr(opts.Addr)
 	if err != nil {
@@ -194,7 +237,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 	server := mgr.GetWebhookServer() // adds the server to the manager's runnables
-	server.Register(ValidatePath, handler)
+	server.Register(ValidatePath, closeWhile(draining, handler))
 
 	inv := NewInventory(engine, log.WithName("inventory"))
 	informer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.SandboxPool{})
@@ -219,7 +262,26 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 	}); err != nil {
 		return nil, err
 	}
+	if err := mgr.AddReadyzCheck("shutting-down", func(*http.Request) error {
+		if draining.Load() {
+			return errors.New("shutting down")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	return mgr, nil
+}
+
+// closeWhile answers through h, asking the client to close the connection after the answer
+// while draining is set.
+func closeWhile(draining *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // splitAddr splits the --addr of the webhook server into its host and port.

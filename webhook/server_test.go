@@ -145,7 +145,7 @@ func TestCertificateReload(t *testing.T) {
 		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			select {
 			case <-r.done:
-				return false, fmt.Errorf("Run returned %v", r.err)
+				return false, fmt.Errorf("Run returned %w", r.err)
 			default:
 			}
 			dialCtx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -3,7 +3,6 @@ package webhook_test
 import (
 	"context"
 	"errors"
-	"github.com/agentcube/sandboxpool/policy/policytest"
 	"strings"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/agentcube/sandboxpool/policy/policytest"
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/webhook"

@@ -9,9 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // mirrorAnnotation marks a mirror pod (kubelet's kubetypes.ConfigMirrorAnnotationKey).

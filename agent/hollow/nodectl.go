@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // NodeCtl is a node-ctl simulated in process: it applies the config file the agent wrote

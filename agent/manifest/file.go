@@ -13,9 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // File names.

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func TestFileName(t *testing.T) {
@@ -133,7 +134,7 @@ func TestReadRoundTrip(t *testing.T) {
 
 func TestParseRejects(t *testing.T) {
 	good := mustRender(t, testSpec())
-	replace := func(old, new string) []byte { return bytes.Replace(good, []byte(old), []byte(new), 1) }
+	replace := func(old, with string) []byte { return bytes.Replace(good, []byte(old), []byte(with), 1) }
 	cases := []struct {
 		name, path string
 		data       []byte

@@ -10,9 +10,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 var poolsResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: v1alpha1.ResourceSandboxPools}

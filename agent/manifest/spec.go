@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Spec is everything a placeholder pod's manifest depends on. Render turns it into bytes;

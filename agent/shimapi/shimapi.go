@@ -15,8 +15,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/containerd/ttrpc"
+
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 )
 
 const (

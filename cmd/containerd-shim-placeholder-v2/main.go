@@ -7,9 +7,10 @@ package main
 import (
 	"context"
 
+	"github.com/containerd/containerd/v2/pkg/shim"
+
 	"github.com/agentcube/sandboxpool/shim/manager"
 	_ "github.com/agentcube/sandboxpool/shim/task/plugin"
-	"github.com/containerd/containerd/v2/pkg/shim"
 )
 
 func main() {

@@ -32,6 +32,7 @@ func main() {
 	opUsers := flag.String("operator-usernames", strings.Join(opts.OperatorUsernames, ","), "comma-separated usernames holding the sandbox-pool-operator role (they may change a pool's spec.override only)")
 	opGroups := flag.String("operator-groups", strings.Join(opts.OperatorGroups, ","), "comma-separated groups holding the sandbox-pool-operator role (they may change a pool's spec.override only)")
 	flag.StringVar(&opts.PolicyBundle, "policy-bundle", "", "OPA bundle (directory or .tar.gz) to use instead of the embedded policy")
+	flag.DurationVar(&opts.ShutdownDelay, "shutdown-delay", opts.ShutdownDelay, "how long to keep answering after SIGTERM (not ready, closing each connection after its answer) before shutting down: the time the cluster takes to stop sending requests to this replica")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")

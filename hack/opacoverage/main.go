@@ -56,7 +56,7 @@ func run(in io.Reader, out io.Writer, floor float64) error {
 		fmt.Fprintf(out, "  not covered: %s: lines %s\n", name, strings.Join(rows, ", "))
 	}
 	if r.Coverage < floor {
-		return fmt.Errorf("Rego test coverage %.1f %% is below the floor of %g %%", r.Coverage, floor)
+		return fmt.Errorf("rego test coverage %.1f %% is below the floor of %g %%", r.Coverage, floor)
 	}
 	fmt.Fprintf(out, "coverage %.1f %% (floor %g %%)\n", r.Coverage, floor)
 	return nil

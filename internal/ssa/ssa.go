@@ -12,11 +12,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // Status is the status of a kind of the SandboxPool API.

@@ -210,8 +210,7 @@ func (s *Server) reloadLocked() *api.Error {
 	cfg, err := api.ParseConfig(data)
 	if err != nil {
 		apiErr := &api.Error{Reason: api.ReasonInvalidConfig, Message: err.Error()}
-		var invalid *api.InvalidConfigError
-		if errors.As(err, &invalid) {
+		if invalid, ok := errors.AsType[*api.InvalidConfigError](err); ok {
 			apiErr.Field = invalid.Field()
 		}
 		return apiErr

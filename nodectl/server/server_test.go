@@ -391,7 +391,7 @@ func run(t *testing.T, srv *server.Server, socket string) (stop func() error) {
 	err := nodectltest.Poll(10*time.Second, func() error {
 		select {
 		case err := <-done:
-			return nodectltest.Permanent(fmt.Errorf("Run returned early: %v", err))
+			return nodectltest.Permanent(fmt.Errorf("Run returned early: %w", err))
 		default:
 		}
 		_, err := client.New(socket).Health(ctx(t))

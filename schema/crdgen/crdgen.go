@@ -14,12 +14,13 @@ import (
 	"strings"
 
 	"cuelang.org/go/cue"
-	"github.com/agentcube/sandboxpool/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/schema"
 )
 
 // Header marks every generated file.

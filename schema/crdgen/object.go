@@ -6,8 +6,9 @@ import (
 	"strings"
 
 	"cuelang.org/go/cue"
-	"github.com/agentcube/sandboxpool/schema"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/agentcube/sandboxpool/schema"
 )
 
 // attrName is the CUE attribute the generator reads (see schema/sandboxpool.cue).
@@ -235,7 +236,7 @@ func quoteCEL(s string) string {
 func doc(v cue.Value) string {
 	var paras []string
 	for _, cg := range v.Doc() {
-		for _, p := range strings.Split(strings.TrimSpace(cg.Text()), "\n\n") {
+		for p := range strings.SplitSeq(strings.TrimSpace(cg.Text()), "\n\n") {
 			paras = append(paras, strings.Join(strings.Fields(p), " "))
 		}
 	}

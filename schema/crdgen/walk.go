@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 
 	"cuelang.org/go/cue"
@@ -263,5 +262,3 @@ func jsonValue(v cue.Value) (*apiextv1.JSON, error) {
 	}
 	return &apiextv1.JSON{Raw: b}, nil
 }
-
-func quote(s string) string { return strconv.Quote(s) }

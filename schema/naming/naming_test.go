@@ -66,7 +66,7 @@ func TestPoolName(t *testing.T) {
 
 func TestPoolNameIsDeterministicAndDistinct(t *testing.T) {
 	a, b := nodeNameOfLength(253), nodeNameOfLength(252)+"q"
-	if PoolName(a) != PoolName(a) {
+	if first, again := PoolName(a), PoolName(a); first != again {
 		t.Fatal("PoolName is not deterministic")
 	}
 	if a[:232] != b[:232] || PoolName(a) == PoolName(b) {

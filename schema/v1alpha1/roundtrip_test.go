@@ -3,20 +3,22 @@ package v1alpha1_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/corpus"
-	"github.com/agentcube/sandboxpool/schema/crdgen"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/schema/crdgen"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func newObject(t *testing.T, kind string) runtime.Object {
@@ -194,18 +196,18 @@ func compareShape(path string, s apiextv1.JSONSchemaProps, typ reflect.Type, pro
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
 	}
-	switch {
-	case typ == timeType:
+	switch typ {
+	case timeType:
 		if s.Type != "string" {
 			bad("Go metav1.Time but schema type %q", s.Type)
 		}
 		return
-	case typ == quantityType:
+	case quantityType:
 		if !s.XIntOrString {
 			bad("Go resource.Quantity but schema is not int-or-string")
 		}
 		return
-	case typ == metaType:
+	case metaType:
 		if s.Type != "object" {
 			bad("metadata must be an object")
 		}
@@ -267,16 +269,13 @@ func compareShape(path string, s apiextv1.JSONSchemaProps, typ reflect.Type, pro
 // jsonFields lists a struct's JSON fields, flattening inline embedded structs.
 func jsonFields(typ reflect.Type) map[string]reflect.StructField {
 	out := map[string]reflect.StructField{}
-	for i := range typ.NumField() {
-		f := typ.Field(i)
+	for f := range typ.Fields() {
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "-" {
 			continue
 		}
 		if f.Anonymous && (name == "" || strings.Contains(opts, "inline")) {
-			for n, sf := range jsonFields(f.Type) {
-				out[n] = sf
-			}
+			maps.Copy(out, jsonFields(f.Type))
 			continue
 		}
 		if name == "" {

@@ -19,11 +19,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/shimapi"
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 )
 
 // TimeoutEnv is the environment variable that overrides DefaultTimeout (a Go duration such

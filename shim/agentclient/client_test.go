@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	"github.com/agentcube/sandboxpool/agent/shimapi/shimapitest"
 	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/agentcube/sandboxpool/shim/agentclient"
-	"github.com/containerd/errdefs"
 )
 
 // startAgent serves a recording agent on a short socket path (unix sockets: 108 bytes).

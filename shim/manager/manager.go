@@ -14,13 +14,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcube/sandboxpool/shim/task"
 	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/version"
+
+	"github.com/agentcube/sandboxpool/shim/task"
 )
 
 // RuntimeName is the runtime type containerd knows the shim by; containerd derives the

@@ -1,12 +1,13 @@
 package task
 
 import (
-	"github.com/agentcube/sandboxpool/shim/agentclient"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/plugin"
+
+	"github.com/agentcube/sandboxpool/shim/agentclient"
 )
 
 // NewFromPlugin builds the task service in the shim's TTRPC plugin: the shim's event

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
-	"github.com/agentcube/sandboxpool/shim/agentclient"
 	"github.com/containerd/cgroups/v3"
 	cg1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	cg2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
@@ -31,6 +29,9 @@ import (
 	"github.com/containerd/ttrpc"
 	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
+	"github.com/agentcube/sandboxpool/shim/agentclient"
 )
 
 var (

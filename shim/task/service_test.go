@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/shimapi/shimapitest"
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/shim/agentclient"
 	"github.com/containerd/cgroups/v3"
 	cg1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	cg2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
@@ -30,6 +26,11 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/fifo"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi/shimapitest"
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/shim/agentclient"
 )
 
 // recorder is the shim's event publisher: it keeps what the service published.

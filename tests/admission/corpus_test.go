@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -14,13 +15,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/corpus"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // buildCLI builds the sandboxpool binary users run.
@@ -87,7 +89,7 @@ func TestCorpusSameMessagesFromVetAndLiveWebhook(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, err := exec.Command(bin, "vet", file).Output()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
 				t.Fatalf("sandboxpool vet: want exit 1, got %v:\n%s", err, out)
 			}
 			resource := v1alpha1.ResourceSandboxPools
@@ -109,7 +111,7 @@ func TestCorpusSameMessagesFromVetAndLiveWebhook(t *testing.T) {
 				t.Errorf("want %q from both;\nvet:     %s\nwebhook: %s", o.Error, out, resp.Result.Message)
 			}
 			// Every violation vet prints is in the webhook's answer.
-			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
 				parts := strings.SplitN(line, ": ", 3)
 				if len(parts) == 3 && !strings.Contains(resp.Result.Message, parts[2]) {
 					t.Errorf("vet says %q, the webhook does not:\n%s", parts[2], resp.Result.Message)

@@ -10,10 +10,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 var (

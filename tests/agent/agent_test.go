@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -25,6 +22,10 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 func condIs(p *v1alpha1.SandboxPool, typ string, s metav1.ConditionStatus) bool {

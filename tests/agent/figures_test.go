@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/tests/framework"
-	"k8s.io/client-go/util/retry"
 )
 
 // TestAgentFigures measures the agent as its own process (cmd/placeholder-agent, the node's

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	dto "github.com/prometheus/client_model/go"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/agentcube/sandboxpool/agent"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestLeaseIdentity: where NodeRestriction runs, the node's own identity may not write its

@@ -8,14 +8,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/shimapi"
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // kubeletStandIn plays kubelet and the placeholder shim for one node, the way they behave

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/tests/framework"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
 
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/rest"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 // writeManifest puts a manifest of a pool (name, UID) into dir, as an earlier agent would.

@@ -5,12 +5,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/agent/manifest"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // A pool's lock is a set of placeholder pods, its pieces (docs/agent.md, "The lock"): these

@@ -172,8 +172,8 @@ func monitoringTools(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv(MonitoringEnv)
 	why := ""
-	switch {
-	case dir == "":
+	switch dir {
+	case "":
 		why = MonitoringEnv + " is not set: run the tests with `make test`, which builds promtool (make monitoring)"
 	default:
 		for _, f := range []string{"promtool", "crds/monitoring.coreos.com_prometheusrules.yaml", "crds/monitoring.coreos.com_podmonitors.yaml"} {

@@ -354,7 +354,7 @@ func TestWebhookDeployment(t *testing.T) {
 		for _, p := range svc.Spec.Ports {
 			if ref.Port != nil && p.Port == *ref.Port {
 				found = true
-				if tp := p.TargetPort; !(tp == intstr.FromString("webhook") || tp == intstr.FromInt32(servePort)) {
+				if tp := p.TargetPort; tp != intstr.FromString("webhook") && tp != intstr.FromInt32(servePort) {
 					t.Errorf("Service port %d goes to %s, not the webhook's port", p.Port, tp.String())
 				}
 			}

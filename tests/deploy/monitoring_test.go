@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/operator"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/operator"
 )
 
 // ruleFile is a Prometheus rule file: a PrometheusRule's spec.

@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestAgentIdentityScopedByTheWebhook: RBAC gives every node identity the agent role

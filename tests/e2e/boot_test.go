@@ -29,7 +29,9 @@ const bootWindow = 15 * time.Second
 //     in kubelet until the API server is back (no new pods can reach the node meanwhile
 //     either: binding a pod needs the API server);
 //   - API server back → RuntimeClass known → the pod starts, the mirror pod is updated, the
-//     pool is Ready again, without anyone touching the node.
+//     pool is Ready again, without anyone touching the node. (The controller's and the
+//     webhook's Pods, which ran on this node, start again too; until the webhook does, the
+//     agent's status writes fail, and the API server shows the status from before.)
 func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 	s := requireStack(t)
 	ensureClass(t)
@@ -45,6 +47,9 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 			if err := s.BootNode(ctx, true); err != nil {
 				t.Error(err)
 			}
+		}
+		if err := s.WaitCluster(ctx, 3*time.Minute); err != nil {
+			t.Error(err)
 		}
 		ensureClass(t)
 	})
@@ -91,7 +96,8 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 	t.Logf("meanwhile the API server shows the pool as %s", describe(getPool(t)))
 
 	// Meanwhile the API server still shows the pod and the node as they were before the
-	// reboot: nothing updates them (no node lifecycle controller runs here either).
+	// reboot: nothing updates them (kube-controller-manager's node lifecycle controller
+	// waits 50 s without a heartbeat before it marks the node).
 	if pod := mirrorPod(t); pod != nil {
 		t.Logf("meanwhile the API server shows the mirror pod %s, container %s (before the reboot: %s)", podState(pod), containerID(pod), before)
 	}
@@ -110,6 +116,10 @@ func TestNodeBootsWhileTheAPIServerIsDown(t *testing.T) {
 			fmt.Sprintf("%s, container %s (before the reboot %s), ready sandboxes %q", podState(pod), containerID(pod), before, strings.TrimSpace(out))
 	})
 	running := time.Since(t1)
+	if err := s.WaitCluster(ctx, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API server reachable again → the controller's and the webhook's Pods running and the webhook answering in %s", time.Since(t1).Round(time.Millisecond))
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 	t.Logf("API server reachable again → placeholder running in %s, pool Ready and synced in %s",
 		running.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
@@ -133,7 +143,7 @@ func kubeletSays(path string, offset int64, a, b string) string {
 	if err != nil || int64(len(data)) < offset {
 		return ""
 	}
-	for _, l := range strings.Split(string(data[offset:]), "\n") {
+	for l := range strings.SplitSeq(string(data[offset:]), "\n") {
 		if strings.Contains(l, a) && strings.Contains(strings.ToLower(l), strings.ToLower(b)) {
 			if len(l) > 400 {
 				l = l[:400] + "…"

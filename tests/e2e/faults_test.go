@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestNodeCtlKilled: node-ctl crashes and its unit does not bring it back → the agent
@@ -92,7 +94,11 @@ func TestAgentStopped(t *testing.T) {
 
 // TestNodeDeleted: the Node object is deleted → NodeNotFound=True → Unready. kubelet
 // registers a node only when it starts, so the node comes back when kubelet is restarted
-// (the static pod keeps running meanwhile) → Ready.
+// (the static pod keeps running meanwhile) → Ready. Meanwhile the cluster does what it does
+// to a deleted Node: the garbage collector deletes its mirror pods (a mirror pod is owned by
+// its Node; kubelet creates it again once the node is back), and its Pods leave their
+// Services' endpoints (the EndpointSlice controller skips Pods of a missing node) — here
+// the webhook's, so the agent's status writes fail until the node is registered again.
 func TestNodeDeleted(t *testing.T) {
 	s := requireStack(t)
 	ensureClass(t)
@@ -117,10 +123,19 @@ func TestNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := eventually(t, "node registered and Ready again", 2*time.Minute, func() (bool, string) { return s.NodeReady(ctx), "" })
+	if err := s.WaitCluster(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	ready := waitPhase(t, v1alpha1.PhaseReady, time.Minute, func(p *v1alpha1.SandboxPool) bool {
 		return condIs(p, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse)
 	})
-	now := mirrorPod(t)
+	// The mirror pod, created again if the garbage collector took it, once kubelet has
+	// reported its container.
+	var now *corev1.Pod
+	eventually(t, "the mirror pod with its container", time.Minute, func() (bool, string) {
+		now = mirrorPod(t)
+		return now != nil && containerID(now) != "", podState(now)
+	})
 	t.Logf("kubelet restarted → node Ready in %s, pool Ready %s later; mirror pod %s → %s, container %s → %s",
 		back.Round(time.Millisecond), ready.Round(time.Millisecond), pod.UID, now.UID, containerID(pod), containerID(now))
 	if containerID(now) != containerID(pod) {

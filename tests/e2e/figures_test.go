@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // FiguresEnv turns on TestFigures (make e2e-figures sets it).

@@ -4,15 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestClassLifecycleAndTheLock walks a class through its life on a real node:
@@ -24,7 +26,9 @@ import (
 //     is gone), node-ctl stopped, the capacity free: the same regular pod now runs;
 //   - class created again → the agent starts node-ctl again, and kubelet admits the
 //     placeholder (a static pod, so critical) by preempting the regular pod that took
-//     the room — what a regular pod sees when a pool comes back larger than what is left.
+//     the room — what a regular pod sees when a pool comes back larger than what is left —
+//     and not the cluster half's Pods on the node, which are critical too
+//     (system-cluster-critical), although kubelet would pick them first (lower QoS).
 func TestClassLifecycleAndTheLock(t *testing.T) {
 	s := requireStack(t)
 	ctx := context.Background()
@@ -34,13 +38,16 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 		deletePodNow(t, metav1.NamespaceDefault, "squatter-2")
 		ensureClass(t)
 	})
+	clusterPods := clusterPodUIDs(t)
+	// What the node holds without the pool: the cluster half's Pods.
+	without := allocated(t)
 
-	// Lock all the node's cpu but 400m.
-	alloc := nodeAllocatable(t)
-	lockCPU := alloc.Cpu().DeepCopy()
+	// Lock all the node's free cpu but 400m.
+	avail := free(t)
+	lockCPU := avail.Cpu().DeepCopy()
 	lockCPU.Sub(resource.MustParse("400m"))
 	if lockCPU.Sign() <= 0 {
-		t.Fatalf("the node has too little cpu for this test: %s", alloc.Cpu())
+		t.Fatalf("the node has too little free cpu for this test: %s", avail.Cpu())
 	}
 	t0 := time.Now()
 	if err := k8s.Create(ctx, newClass(resources(lockCPU.String(), baseMemory))); err != nil {
@@ -122,8 +129,8 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 	eventually(t, "node-ctl stopped by the agent", 10*time.Second, func() (bool, string) {
 		return s.NodeCtl.Stopped() && !s.NodeCtl.Running(), fmt.Sprintf("stopped %v, running %v", s.NodeCtl.Stopped(), s.NodeCtl.Running())
 	})
-	if got := allocated(t); !got.Cpu().IsZero() || !got.Memory().IsZero() {
-		t.Errorf("node still has %v allocated", got)
+	if got := allocated(t); !equalLists(got, without) {
+		t.Errorf("node has %v allocated without the pool, had %v before it", got, without)
 	}
 
 	// The capacity is free: the same pod runs.
@@ -149,4 +156,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 		return p != nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded), podState(p)
 	})
 	t.Logf("when the pool comes back, the regular pod sees: %s; conditions %s; events %v", podState(p), conditions(p), podEvents(t, p))
+	if now := clusterPodUIDs(t); !maps.Equal(now, clusterPods) {
+		t.Errorf("the cluster half's Pods changed while kubelet made room for the placeholder: %v → %v", clusterPods, now)
+	}
 }

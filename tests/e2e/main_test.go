@@ -1,10 +1,13 @@
-// Package e2e tests the whole system on one machine (tests/e2e/stack): a real etcd and
-// kube-apiserver with the Node authorizer, the admission webhook and the controller under
-// their own identities, and one node — containerd 2.4.2 with the placeholder runtime
-// handler and shim, the reference node-ctl on a real cgroup, the placeholder agent and a
-// real kubelet v1.37.2 as system:node:e2e-node. The stack starts once for the package
-// (TestMain); a test that breaks something restores it. Minute-scale timers are shortened
-// by flags (suiteTimers). It needs root and the tools `make tools kubelet containerd`
+// Package e2e tests the whole system on one machine, a one-node cluster (tests/e2e/stack):
+// a real etcd and kube-apiserver with the Node authorizer, kube-controller-manager and
+// kube-scheduler; the cluster half applied from deploy/ (`kubectl apply -k`, the images of
+// `make images`), so the controller and the admission webhook run as the Pods of their
+// Deployments and every test also proves the manifests; and one node — containerd 2.4.2
+// with runc and the placeholder runtime handler, the node half installed by
+// deploy/node/install.sh (shim, the reference node-ctl on a real cgroup, the placeholder
+// agent), a real kubelet v1.37.2 as system:node:e2e-node, and kube-proxy. The stack starts
+// once for the package (TestMain); a test that breaks something restores it. Minute-scale
+// timers are shortened by flags (suiteTimers). It needs root and the tools `make tools`
 // builds; without them the tests skip, or fail under SANDBOXPOOL_REQUIRE_TOOLS (make test).
 //
 // The API server runs the NodeRestriction admission plugin, as most production clusters
@@ -23,9 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/e2e/stack"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +33,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/e2e/stack"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 const (
@@ -76,13 +80,23 @@ func TestMain(m *testing.M) {
 	logf := func(f string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s e2e stack: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(f, a...))
 	}
+	iptablesBefore := -1
 	if suite.unavailable == "" {
+		unlock, err := stack.LockMachine(logf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer unlock()
 		stack.CleanStale(filepath.Join("/tmp", dirPrefix+"*"), logf)
-		dir, suite.err = os.MkdirTemp("/tmp", dirPrefix)
+		iptablesBefore, suite.err = stack.KubeIptablesLines()
+		if suite.err == nil {
+			dir, suite.err = os.MkdirTemp("/tmp", dirPrefix)
+		}
 		if suite.err == nil {
 			suite.s, suite.err = stack.Start(context.Background(), stack.Options{
 				Dir: dir, NodeName: nodeName, NodeLabels: map[string]string{nodeLabelKey: nodeLabelValue}, Zone: zone,
-				Tools: tools, Timers: suiteTimers(), NodeRestriction: true, Logf: logf,
+				Tools: tools, Images: os.Getenv(stack.ImagesEnv), Timers: suiteTimers(), NodeRestriction: true, Logf: logf,
 			})
 		}
 		if suite.err == nil {
@@ -93,6 +107,12 @@ func TestMain(m *testing.M) {
 	if suite.s != nil {
 		if err := suite.s.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the stack:", err)
+			code = 1
+		}
+		// The host as it was: kube-proxy's iptables rules are gone with the stack.
+		if after, err := stack.KubeIptablesLines(); err != nil || after != iptablesBefore {
+			fmt.Fprintf(os.Stderr, "e2e: the stack left iptables rules behind: %d KUBE-* lines before it, %d after (%v)\n", iptablesBefore, after, err)
+			code = 1
 		}
 	}
 	if dir != "" {
@@ -143,8 +163,17 @@ func requireStack(t *testing.T) *stack.Stack {
 		if !t.Failed() {
 			return
 		}
-		for _, p := range []*stack.Proc{s.Agent.Proc, s.Kubelet, s.NodeCtl.Proc, s.Controller, s.Webhook, s.Containerd} {
+		for _, p := range []*stack.Proc{s.Agent.Proc, s.Kubelet, s.NodeCtl.Proc, s.Containerd, s.KubeProxy.Proc, s.ControllerManager} {
 			t.Logf("--- last lines of %s (%s):\n%s", p.Name, p.Log, indent(p.Tail(25)))
+		}
+		for _, d := range []string{stack.ControllerDeployment, stack.WebhookDeployment} {
+			pods, err := s.ClusterPods(context.Background(), d)
+			if err != nil {
+				t.Logf("--- pods of %s: %v", d, err)
+			}
+			for _, p := range pods {
+				t.Logf("--- last lines of pod %s (%s):\n%s", p.Name, p.Status.Phase, indent(s.PodLog(p.Namespace, p.Name, 25)))
+			}
 		}
 	})
 	return s

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,10 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/e2e/stack"
 )
 
 // Faults in the middle of a scale-up, on the real stack, each with the lock watcher on: the
@@ -111,19 +114,18 @@ func TestAPIServerDownDuringResize(t *testing.T) {
 	})
 }
 
-// TestWebhookDownDuringResize: the admission webhook (failurePolicy Fail) is down while the
-// pool grows. The agent's status writes fail meanwhile, and the data path does not wait on
-// them: the growth's placeholder pod starts (the shim's calls to the agent never wait on the
-// API server) and node-ctl grows to the new size while the webhook is still down. Once it is
-// back, the status catches up.
+// TestWebhookDownDuringResize: the admission webhook (failurePolicy Fail) is down — its
+// Deployment scaled to 0 — while the pool grows. The agent's status writes fail meanwhile,
+// and the data path does not wait on them: the growth's placeholder pod starts (the shim's
+// calls to the agent never wait on the API server) and node-ctl grows to the new size
+// while the webhook is still down. Once it is back, the status catches up.
 func TestWebhookDownDuringResize(t *testing.T) {
-	s := requireStack(t)
+	requireStack(t)
 	ensureClass(t)
+	webhookDown := false
 	t.Cleanup(func() {
-		if !s.Webhook.Running() {
-			if err := s.StartWebhook(context.Background()); err != nil {
-				t.Error(err)
-			}
+		if webhookDown {
+			scaleDeployment(t, stack.WebhookDeployment, 2)
 		}
 		ensureClass(t)
 	})
@@ -136,8 +138,10 @@ func TestWebhookDownDuringResize(t *testing.T) {
 		p := getPool(t)
 		return p != nil && equalLists(p.Spec.ResourcePolicy.Resources, up), describe(p)
 	})
-	if err := s.Webhook.Stop(10 * time.Second); err != nil {
-		t.Fatal(err)
+	webhookDown = true
+	scaleDeployment(t, stack.WebhookDeployment, 0)
+	if err := suite.s.WebhookAnswers(context.Background()); err == nil {
+		t.Fatal("the webhook still answers with its Deployment at 0 replicas")
 	}
 	t0 := time.Now()
 	eventually(t, "the lock and node-ctl at the new size with the webhook down", 2*time.Minute, func() (bool, string) {
@@ -152,9 +156,8 @@ func TestWebhookDownDuringResize(t *testing.T) {
 	})
 	t.Logf("webhook down: the lock and node-ctl reached the new size %s after it stopped; the pool shows %s",
 		time.Since(t0).Round(time.Millisecond), describe(getPool(t)))
-	if err := s.StartWebhook(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	scaleDeployment(t, stack.WebhookDeployment, 2)
+	webhookDown = false
 	waitSynced(t, "700m", "192Mi", 2*time.Minute)
 	w.check("scale-up with the webhook down")
 }
@@ -195,6 +198,9 @@ func TestReadinessFollowsTheShim(t *testing.T) {
 // message. With the reservation gone, the agent restores the lock and the pool is Ready.
 // (kubelet admits the pods it finds at its start against the node's allocatable as the API
 // server has it: the refusal comes on the restart after the node reports the reservation.)
+// What is left allocatable is what the cluster half's Pods request, each less than the
+// placeholder pod: kubelet admits them again (the webhook must answer the agent's status
+// writes), whichever it admits first.
 func TestReadinessFollowsKubeletsRefusal(t *testing.T) {
 	s := requireStack(t)
 	ctx := context.Background()
@@ -205,9 +211,11 @@ func TestReadinessFollowsKubeletsRefusal(t *testing.T) {
 		}
 		ensureClass(t)
 	})
+	clusterPods := clusterPodUIDs(t)
 	capacity := nodeCapacity(t)
+	left := clusterRequests(t)[corev1.ResourceCPU]
 	reserved := capacity.Cpu().DeepCopy()
-	reserved.Sub(resource.MustParse("100m"))
+	reserved.Sub(left)
 	restartReporting := func(systemReserved map[string]string, cpu string) {
 		t.Helper()
 		if err := s.RestartKubelet(ctx, systemReserved); err != nil {
@@ -218,7 +226,7 @@ func TestReadinessFollowsKubeletsRefusal(t *testing.T) {
 			return a.Cpu().Cmp(resource.MustParse(cpu)) == 0, a.Cpu().String()
 		})
 	}
-	restartReporting(map[string]string{"cpu": reserved.String()}, "100m")
+	restartReporting(map[string]string{"cpu": reserved.String()}, left.String())
 	if err := s.RestartKubelet(ctx, map[string]string{"cpu": reserved.String()}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +239,9 @@ func TestReadinessFollowsKubeletsRefusal(t *testing.T) {
 	t.Logf("kubelet refuses the placeholder pod: %q", condOf(getPool(t), v1alpha1.ConditionPlaceholderPodReady.String()).Message)
 	restartReporting(nil, capacity.Cpu().String())
 	waitSynced(t, baseCPU, baseMemory, 3*time.Minute)
+	if now := clusterPodUIDs(t); !maps.Equal(now, clusterPods) {
+		t.Errorf("the cluster half's Pods changed across kubelet's restarts: %v → %v", clusterPods, now)
+	}
 }
 
 // nodeCapacity is the node's capacity.

@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestResize resizes the class up, down, and changes only its template, on a node with room:

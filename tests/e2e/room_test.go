@@ -3,14 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // TestGrowthThatDoesNotFit: a growth the node cannot hold leaves the running lock as it is,
@@ -75,11 +77,13 @@ func TestGrowthThatDoesNotFit(t *testing.T) {
 // without the room check: kubelet's own admission refuses a growth beyond the node
 // (UnexpectedAdmissionError: no pod to preempt frees enough), the pods that run keep the
 // lock, and the pool carries kubelet's word. What a regular pod sees in that mode: kubelet
-// preempts it to admit the growth (a static pod is critical to kubelet).
+// preempts it to admit the growth (a static pod is critical to kubelet) — it, and not the
+// cluster half's Pods (critical too).
 func TestGrowthKubeletRefuses(t *testing.T) {
 	s := requireStack(t)
 	ctx := context.Background()
 	ensureClass(t)
+	clusterPods := clusterPodUIDs(t)
 	if err := s.RestartAgent(ctx, "--resize-preempt"); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +123,9 @@ func TestGrowthKubeletRefuses(t *testing.T) {
 	w.check("growth with --resize-preempt on a full node")
 	pod := getPod(t, metav1.NamespaceDefault, "preempted")
 	t.Logf("with --resize-preempt the regular pod sees: %s; conditions %s; events %v", podState(pod), conditions(pod), podEvents(t, pod))
+	if now := clusterPodUIDs(t); !maps.Equal(now, clusterPods) {
+		t.Errorf("the cluster half's Pods changed while kubelet made room for the growth: %v → %v", clusterPods, now)
+	}
 }
 
 // waitDeferred waits until the pool is Ready with its growth deferred: status.resize

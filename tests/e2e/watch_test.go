@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/nodectl/api"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/agentcube/sandboxpool/nodectl/api"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // sampleEvery is how often each of the lock watcher's views is read.
@@ -132,15 +133,15 @@ const (
 	viewReady     = "Ready"
 )
 
-// watchLock starts a watch of a resize from old to new (nil, nil: no floor, only node-ctl).
-func watchLock(t testing.TB, old, new corev1.ResourceList) *lockWatch {
+// watchLock starts a watch of a resize from old to next (nil, nil: no floor, only node-ctl).
+func watchLock(t testing.TB, old, next corev1.ResourceList) *lockWatch {
 	w := &lockWatch{t: t, stop: make(chan struct{}), views: map[string]*view{
 		viewScheduler: {}, viewKubelet: {}, viewReady: {},
 	}}
-	if old != nil && new != nil {
+	if old != nil && next != nil {
 		w.floor = corev1.ResourceList{}
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			o, n := old[r], new[r]
+			o, n := old[r], next[r]
 			if n.Cmp(o) < 0 {
 				o = n
 			}
@@ -295,7 +296,7 @@ func (w *lockWatch) sampleReady() {
 		cancel()
 		at := time.Now()
 		w.mu.Lock()
-		w.views[viewReady].record(at, err == nil && p.Status.Phase == v1alpha1.PhaseReady, "phase "+string(p.Status.Phase))
+		w.views[viewReady].record(at, err == nil && p.Status.Phase == v1alpha1.PhaseReady, phaseOf(&p, at, err))
 		w.mu.Unlock()
 	}
 }
@@ -463,4 +464,17 @@ func smaller(a, b corev1.ResourceList) corev1.ResourceList {
 		out[r] = q
 	}
 	return out
+}
+
+// phaseOf says what a reading of the pool's phase found, with its conditions, for a
+// failure message.
+func phaseOf(p *v1alpha1.SandboxPool, at time.Time, err error) string {
+	if err != nil {
+		return at.Format("15:04:05.000") + ": " + err.Error()
+	}
+	var conds []string
+	for _, c := range p.Status.Conditions {
+		conds = append(conds, c.Type+"="+string(c.Status)+"("+c.Reason+")")
+	}
+	return at.Format("15:04:05.000") + ": phase " + string(p.Status.Phase) + " " + strings.Join(conds, " ")
 }

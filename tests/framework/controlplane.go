@@ -16,9 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/corpus"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/agentcube/sandboxpool/schema/corpus"
 )
 
 // RequireToolsEnv, when set (make test sets it), turns a missing tool into a failure

@@ -1,8 +1,9 @@
 package framework
 
 import (
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
 // PoolStatus is a server-side apply configuration of a pool's status: exactly the fields a

@@ -9,11 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/corpus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/corpus"
 )
 
 // TestServerSideDefaultsMatchCUE applies every example with kubectl and checks that the
@@ -29,7 +30,7 @@ func TestServerSideDefaultsMatchCUE(t *testing.T) {
 		t.Run(o.Name, func(t *testing.T) {
 			file := filepath.Join(cp.Root, "examples", o.Name)
 			kubectl(t, "", "apply", "-f", file)
-			t.Cleanup(func() { kubectlErr(t, "", "delete", "--wait=false", "-f", file) })
+			t.Cleanup(func() { _, _, _ = kubectlErr(t, "", "delete", "--wait=false", "-f", file) })
 			out := kubectl(t, "", "get", "-f", file, "-o", "json")
 			var served, want map[string]any
 			if err := json.Unmarshal([]byte(out), &served); err != nil {
@@ -88,7 +89,7 @@ func TestInvalidCorpusRejectedByAPIServer(t *testing.T) {
 				_, stderr, err := kubectlErr(t, "", "apply", "-f", file)
 				msg, accepted = stderr, err == nil
 				if accepted {
-					kubectlErr(t, "", "delete", "--wait=false", "-f", file)
+					_, _, _ = kubectlErr(t, "", "delete", "--wait=false", "-f", file)
 				}
 			}
 			if os.Getenv("SANDBOXPOOL_DISCOVER") != "" {
@@ -135,9 +136,11 @@ func writeStatus(t *testing.T, o corpus.Object) (string, bool) {
 func TestImmutableFields(t *testing.T) {
 	requireCluster(t)
 	kubectl(t, classYAML("immutable"), "apply", "-f", "-")
-	t.Cleanup(func() { kubectlErr(t, "", "delete", "sandboxpoolclass", "immutable", "--wait=false") })
+	t.Cleanup(func() { _, _, _ = kubectlErr(t, "", "delete", "sandboxpoolclass", "immutable", "--wait=false") })
 	kubectl(t, poolYAML("immutable-node", "immutable"), "apply", "-f", "-")
-	t.Cleanup(func() { kubectlErr(t, "", "delete", "sandboxpool", "placeholder-immutable-node", "--wait=false") })
+	t.Cleanup(func() {
+		_, _, _ = kubectlErr(t, "", "delete", "sandboxpool", "placeholder-immutable-node", "--wait=false")
+	})
 
 	for _, tc := range []struct{ resource, name, patch, want string }{
 		{"sandboxpoolclass", "immutable", `{"spec":{"selector":{"matchLabels":{"other":"x"}}}}`, "spec.selector is immutable"},

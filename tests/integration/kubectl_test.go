@@ -8,9 +8,11 @@ import (
 func TestPrinterColumns(t *testing.T) {
 	requireCluster(t)
 	kubectl(t, classYAML("columns"), "apply", "-f", "-")
-	t.Cleanup(func() { kubectlErr(t, "", "delete", "sandboxpoolclass", "columns", "--wait=false") })
+	t.Cleanup(func() { _, _, _ = kubectlErr(t, "", "delete", "sandboxpoolclass", "columns", "--wait=false") })
 	kubectl(t, poolYAML("columns-node", "columns")+"  override: {enabled: true, reason: test, resourcePolicy: {resources: {cpu: 1, memory: 1Gi}}}\n", "apply", "-f", "-")
-	t.Cleanup(func() { kubectlErr(t, "", "delete", "sandboxpool", "placeholder-columns-node", "--wait=false") })
+	t.Cleanup(func() {
+		_, _, _ = kubectlErr(t, "", "delete", "sandboxpool", "placeholder-columns-node", "--wait=false")
+	})
 	status := `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool",
 		"metadata":{"name":"placeholder-columns-node"},
 		"status":{"phase":"Ready","resize":{"status":"Completed"},

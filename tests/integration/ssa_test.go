@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 func conditionsOf(t *testing.T, u *unstructured.Unstructured) map[string]string {
@@ -33,7 +34,7 @@ func managedConditions(u *unstructured.Unstructured, manager string) string {
 		if mf.Manager != manager || mf.Subresource != "status" || mf.FieldsV1 == nil {
 			continue
 		}
-		raw := string(mf.FieldsV1.Raw)
+		raw := mf.FieldsV1.GetRawString()
 		for _, typ := range []string{
 			v1alpha1.ConditionPlaceholderPodReady.String(), v1alpha1.ConditionNodeCtlHealthy.String(),
 			v1alpha1.ConditionPlaceholderAgentHealthy.String(), v1alpha1.ConditionNodeNotFound.String(),

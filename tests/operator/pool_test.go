@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -20,6 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 func newPool(node string) *v1alpha1.SandboxPool {
@@ -168,7 +169,7 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 
 	renewLease(t, name)
 	agentReports(t, name, metav1.ConditionTrue)
-	p = waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
+	waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
 	p = waitFor(t, name, "ever-ready recorded", 10*time.Second, func(p *v1alpha1.SandboxPool) bool {
 		return p.Annotations[v1alpha1.AnnotationEverReady] == "true"

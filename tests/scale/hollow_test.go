@@ -9,12 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-
-	"github.com/agentcube/sandboxpool/agent/hollow"
-	"github.com/agentcube/sandboxpool/operator"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,6 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/agentcube/sandboxpool/agent/hollow"
+	"github.com/agentcube/sandboxpool/operator"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 // TestHollowNodes proves the hollow-node mode on a real API server with the real controller

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/hollow"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentcube/sandboxpool/agent/hollow"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 // leaseLoadEnv sets the sizes of TestLeaseLoad (make bench-lease-load), e.g. "10000".

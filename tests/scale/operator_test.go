@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/hollow"
-	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,6 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/agentcube/sandboxpool/agent/hollow"
+	"github.com/agentcube/sandboxpool/schema/naming"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/framework"
 )
 
 // BenchEnv turns the scale runs on; they take minutes.
@@ -260,7 +261,7 @@ func flipAndWait(t *testing.T, e *env, pool, status string, want v1alpha1.Sandbo
 	patch := framework.PoolStatus(pool, map[string]any{"conditions": []any{
 		cond(v1alpha1.ConditionPlaceholderPodReady.String()), ok(v1alpha1.ConditionNodeCtlHealthy.String()), ok(v1alpha1.ConditionResourceSynced.String())}})
 	began := time.Now()
-	if err := e.admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
+	if err := e.admin.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch), client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
 		t.Fatal(err)
 	}
 	timeout := time.After(time.Minute)

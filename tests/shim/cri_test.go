@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/agentcube/sandboxpool/agent/shimapi/shimapitest"
 	"github.com/agentcube/sandboxpool/hack/pause/image"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // handlerPlaceholder is the CRI runtime handler of deploy/containerd and the RuntimeClass.

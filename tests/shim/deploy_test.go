@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/corpus"
-	"github.com/agentcube/sandboxpool/shim/manager"
 	nodev1 "k8s.io/api/node/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/shim/manager"
 )
 
 // The RuntimeClass is docs/design.md §2's, and its handler is the one the containerd drop-in

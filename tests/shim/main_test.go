@@ -105,7 +105,7 @@ func (e *env) run(t *testing.T, runtime, id string, extra ...string) {
 // taskStatus returns the PID and STATUS columns of `ctr task ls` for id ("" if absent).
 func (e *env) taskStatus(t *testing.T, id string) (pid, status string) {
 	t.Helper()
-	for _, l := range strings.Split(e.ctr(t, "task", "ls"), "\n") {
+	for l := range strings.SplitSeq(e.ctr(t, "task", "ls"), "\n") {
 		if f := strings.Fields(l); len(f) == 3 && f[0] == id {
 			return f[1], f[2]
 		}

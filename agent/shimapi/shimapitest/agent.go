@@ -13,11 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentcube/sandboxpool/agent/shimapi"
-	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/agentcube/sandboxpool/agent/shimapi"
+	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 )
 
 // Methods of the PlaceholderShim service, as recorded in Call.Method.

@@ -33,7 +33,7 @@ func WriteArchive(w io.Writer, img v1.Image, ref string, modTime time.Time) erro
 	// index.docker.io/ to a name such as localhost/x:1, which containerd takes as is.
 	tag, err := name.NewTag(ref)
 	if err != nil || !strings.HasSuffix(ref, ":"+tag.TagStr()) {
-		return fmt.Errorf("image reference %q: want <repository>:<tag> (%v)", ref, err)
+		return fmt.Errorf("image reference %q: want <repository>:<tag> (%w)", ref, err)
 	}
 	manifest, err := img.RawManifest()
 	if err != nil {

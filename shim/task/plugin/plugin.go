@@ -4,10 +4,11 @@
 package plugin
 
 import (
-	"github.com/agentcube/sandboxpool/shim/task"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
+
+	"github.com/agentcube/sandboxpool/shim/task"
 )
 
 func init() {

@@ -15,52 +15,69 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agentcube/sandboxpool/hack/pause/image"
-	"github.com/agentcube/sandboxpool/shim/agentclient"
-	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/hack/pause/image"
+	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
 
-// The node's files: everything below Stack.Dir/node (kept short: unix socket paths are
-// limited to 108 bytes, and containerd's shim sockets add a 64-character hash).
+// The node's files: everything below Stack.Dir/n (kept short: unix socket paths are
+// limited to 108 bytes, and containerd's shim sockets add a 64-character hash). The node
+// half is installed below n/i, in the places install.sh's path variables name (in
+// brackets, each one's default on a real node).
 type nodePaths struct {
-	dir          string // <dir>/n
-	manifests    string // kubelet's staticPodPath = the agent's --manifest-dir
-	containerd   string // containerd's config, root, state, sockets
-	socket       string // containerd's GRPC socket (CRI for kubelet)
-	agentSocket  string // the agent's shim API (SANDBOXPOOL_AGENT_ADDRESS)
-	cniConf      string
-	cniIPAM      string
-	kubeletRoot  string
-	kubeletCfg   string
-	podLogs      string
-	nodeCtl      string // node-ctl's socket, config, pid file, disabled marker
-	nodeCtlSock  string
-	nodeCtlCfg   string
-	nodeCtlPid   string
-	nodeCtlHold  string
-	pauseArchive string
+	dir             string // <dir>/n
+	manifests       string // kubelet's staticPodPath [/etc/kubernetes/manifests]
+	containerd      string // containerd's config, root, state, sockets
+	socket          string // containerd's GRPC socket (CRI for kubelet)
+	binDir          string // the installed binaries [/usr/local/bin]
+	units           string // the installed units [/etc/systemd/system]
+	defaults        string // their environment files [/etc/default]
+	containerdConfD string // the installed containerd drop-in [/etc/containerd/conf.d]
+	config          string // node-ctl's config, the agent's Lease credentials [/etc/sandbox-pool]
+	run             string // node-ctl's and the agent's sockets [/run/sandbox-pool]
+	agentSocket     string // the agent's shim API (the drop-in's SANDBOXPOOL_AGENT_ADDRESS)
+	nodeCtlSock     string
+	nodeCtlCfg      string
+	nodeCtlPid      string // the supervisor's: node-ctl's PID and its unit's stopped mark
+	nodeCtlHold     string
+	systemctl       string // the agent's systemctl (writeSystemctl)
+	cniConf         string
+	cniIPAM         string
+	kubeletRoot     string
+	kubeletCfg      string
+	kubeProxyCfg    string
+	podLogs         string
+	pauseArchive    string
 }
 
 func newNodePaths(dir string) nodePaths {
 	n := filepath.Join(dir, "n")
+	i := filepath.Join(n, "i")
 	return nodePaths{
-		dir:          n,
-		manifests:    filepath.Join(n, "manifests"),
-		containerd:   filepath.Join(n, "c"),
-		socket:       filepath.Join(n, "c", "c.sock"),
-		agentSocket:  filepath.Join(n, "agent.sock"),
-		cniConf:      filepath.Join(n, "net.d"),
-		cniIPAM:      filepath.Join(n, "ipam"),
-		kubeletRoot:  filepath.Join(n, "kubelet"),
-		kubeletCfg:   filepath.Join(n, "kubelet.yaml"),
-		podLogs:      filepath.Join(n, "pod-logs"),
-		nodeCtl:      filepath.Join(n, "nc"),
-		nodeCtlSock:  filepath.Join(n, "nc", "nc.sock"),
-		nodeCtlCfg:   filepath.Join(n, "nc", "node-ctl.json"),
-		nodeCtlPid:   filepath.Join(n, "nc", "pid"),
-		nodeCtlHold:  filepath.Join(n, "nc", "stopped"),
-		pauseArchive: filepath.Join(n, "pause.tar"),
+		dir:             n,
+		manifests:       filepath.Join(n, "manifests"),
+		containerd:      filepath.Join(n, "c"),
+		socket:          filepath.Join(n, "c", "c.sock"),
+		binDir:          filepath.Join(i, "bin"),
+		units:           filepath.Join(i, "systemd"),
+		defaults:        filepath.Join(i, "default"),
+		containerdConfD: filepath.Join(i, "conf.d"),
+		config:          filepath.Join(i, "etc"),
+		run:             filepath.Join(i, "run"),
+		agentSocket:     filepath.Join(i, "run", "agent.sock"),
+		nodeCtlSock:     filepath.Join(i, "run", "node-ctl.sock"),
+		nodeCtlCfg:      filepath.Join(i, "etc", "node-ctl.json"),
+		nodeCtlPid:      filepath.Join(n, "sup", "node-ctl.pid"),
+		nodeCtlHold:     filepath.Join(n, "sup", "node-ctl.stopped"),
+		systemctl:       filepath.Join(n, "sup", "bin", "systemctl"),
+		cniConf:         filepath.Join(n, "net.d"),
+		cniIPAM:         filepath.Join(n, "ipam"),
+		kubeletRoot:     filepath.Join(n, "kubelet"),
+		kubeletCfg:      filepath.Join(n, "kubelet.yaml"),
+		kubeProxyCfg:    filepath.Join(n, "kube-proxy.yaml"),
+		podLogs:         filepath.Join(n, "pod-logs"),
+		pauseArchive:    filepath.Join(n, "pause.tar"),
 	}
 }
 
@@ -69,21 +86,47 @@ func newNodePaths(dir string) nodePaths {
 type network struct {
 	Name   string // CNI network name
 	Bridge string // Linux bridge, at most 15 characters
-	Subnet string // a /24 in 10.222.0.0/16
+	Subnet string // a /24 in 10.222.0.0/16: the pods' addresses (kube-proxy's clusterCIDR)
+	// Gateway is the bridge's own address, the first of Subnet: the node's address on the
+	// pod network, where the API server listens and which it advertises as the endpoint of
+	// the `kubernetes` Service.
+	Gateway string
 }
 
 func networkFor(id string) network {
 	h := sha256.Sum256([]byte(id))
 	return network{
-		Name:   "sandboxpool-" + id,
-		Bridge: "sp" + fmt.Sprintf("%x", h[:4]), // 10 characters
-		Subnet: fmt.Sprintf("10.222.%d.0/24", h[4]),
+		Name:    "sandboxpool-" + id,
+		Bridge:  "sp" + fmt.Sprintf("%x", h[:4]), // 10 characters
+		Subnet:  fmt.Sprintf("10.222.%d.0/24", h[4]),
+		Gateway: fmt.Sprintf("10.222.%d.1", h[4]),
 	}
+}
+
+// createBridge creates the network's bridge with its gateway address before anything runs,
+// so that the API server can listen on that address from the start (the CNI bridge plugin
+// takes an existing bridge that already has the gateway address as it is). A bridge with
+// no port yet is down for forwarding, but its address answers locally, which is all the
+// host's own clients (the control plane, kubelet, the tests) need.
+func createBridge(n network) error {
+	deleteLink(n.Bridge) // left by a stack that crashed
+	for _, args := range [][]string{
+		{"link", "add", "name", n.Bridge, "type", "bridge"},
+		{"addr", "add", n.Gateway + "/24", "dev", n.Bridge},
+		{"link", "set", n.Bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
 }
 
 // writeCNIConfig writes the bridge + host-local network (Debian's containernetworking-
 // plugins): what makes the node Ready, and what gives a pod with its own network namespace
-// an address. No IP masquerading: nothing is written to iptables.
+// (the controller's and the webhook's, a placeholder with --netns-enabled) an address. No
+// IP masquerading: the pods talk to this host only (the API server on the bridge's
+// gateway address), and the CNI plugin writes nothing to iptables.
 func writeCNIConfig(p nodePaths, n network) error {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -111,24 +154,17 @@ func writeCNIConfig(p nodePaths, n network) error {
 // writeContainerdConfig writes containerd's configuration: this node's paths, the CRI
 // settings this host needs (REAL-STACK.md: restrict_oom_score_adj, the local pause image
 // pinned as the sandbox image, CNI from Debian's package), network namespaces under the
-// state directory, and the placeholder drop-in users install (deploy/containerd), with the
-// agent's address replaced.
+// state directory, and the import of the installed drop-ins (install.sh's
+// CONTAINERD_CONF_DIR), as containerd's default configuration imports
+// /etc/containerd/conf.d/*.toml.
 func writeContainerdConfig(p nodePaths) error {
-	dropIn, err := containerdtest.DropIn(p.agentSocket, agentclient.DefaultTimeout)
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(p.containerd, 0o755); err != nil {
-		return err
-	}
-	dropInPath := filepath.Join(p.containerd, "placeholder.toml")
-	if err := os.WriteFile(dropInPath, dropIn, 0o644); err != nil {
 		return err
 	}
 	config := fmt.Sprintf(`version = 4
 root = '%[1]s/root'
 state = '%[1]s/state'
-imports = ['%[2]s']
+imports = ['%[2]s/*.toml']
 
 [plugins]
   [plugins.'io.containerd.server.v1.grpc']
@@ -150,7 +186,7 @@ imports = ['%[2]s']
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = ['%[5]s']
       conf_dir = '%[6]s'
-`, p.containerd, dropInPath, p.socket, image.Name, CNIBinDir, p.cniConf)
+`, p.containerd, p.containerdConfD, p.socket, image.Name, CNIBinDir, p.cniConf)
 	return os.WriteFile(filepath.Join(p.containerd, "config.toml"), []byte(config), 0o644)
 }
 
@@ -275,8 +311,8 @@ func removeCgroup(path string) error {
 			}
 			return nil
 		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := rmdirCgroup(dirs[i]); err != nil {
+		for _, dir := range slices.Backward(dirs) {
+			if err := rmdirCgroup(dir); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -288,7 +324,7 @@ func rmdirCgroup(dir string) error {
 	var err error
 	for range 50 {
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
+		for f := range strings.FieldsSeq(string(b)) {
 			if pid, perr := strconv.Atoi(f); perr == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}

@@ -21,11 +21,11 @@ type Proc struct {
 	// Log is the log file's path.
 	Log string
 
-	bin  string
-	args []string
-	env  []string
+	env []string
 
-	mu      sync.Mutex    // guards cmd and exited
+	mu      sync.Mutex // guards bin, args, cmd and exited
+	bin     string
+	args    []string
 	cmd     *exec.Cmd     // nil before the first start
 	exited  chan struct{} // closed when cmd has been waited for
 	waitErr error         // cmd.Wait's result, set before exited is closed
@@ -33,6 +33,13 @@ type Proc struct {
 
 func newProc(name, logDir, bin string, args []string, env ...string) *Proc {
 	return &Proc{Name: name, Log: filepath.Join(logDir, name+".log"), bin: bin, args: args, env: env}
+}
+
+// setCommand sets the command line of the next start.
+func (p *Proc) setCommand(bin string, args []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bin, p.args = bin, args
 }
 
 // Start starts the process (again, after it exited).
@@ -261,7 +268,7 @@ func childrenNamed(name string) []int {
 			continue
 		}
 		var ppid, comm string
-		for _, l := range strings.Split(string(b), "\n") {
+		for l := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "PPid:"); ok {
 				ppid = strings.TrimSpace(v)
 			}

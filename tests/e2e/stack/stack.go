@@ -1,10 +1,14 @@
-// Package stack runs the whole SandboxPool system on one machine, as local processes with
-// their own directories and sockets: etcd and kube-apiserver (envtest, with the Node
-// authorizer and the default admission plugins), the CRDs, RBAC, RuntimeClass and webhook configuration
-// of deploy/, the admission webhook and the controller under their own identities, and one
-// node — containerd 2.4.2 with the placeholder runtime handler, the placeholder shim, the
-// reference node-ctl on a real cgroup, the placeholder agent and a real kubelet, the last
-// two as the node's identity system:node:<name>.
+// Package stack runs the whole SandboxPool system on one machine as a one-node cluster,
+// with its own directories and sockets: etcd and kube-apiserver (envtest, with the Node
+// authorizer and the default admission plugins) listening on the node's address on the pod
+// network, kube-controller-manager and kube-scheduler; the cluster half applied from
+// deploy/ as users apply it (`kubectl apply -k`, the self-signed certificate, the images of
+// `make images` imported into the node's containerd), so the controller and the webhook run
+// as the Pods of their Deployments; and one node — containerd 2.4.2 with runc (Debian's)
+// and the placeholder runtime handler, the node half installed by deploy/node/install.sh
+// (the placeholder shim, the reference node-ctl on a real cgroup, the placeholder agent,
+// their units played by the stack's supervisor), a real kubelet as system:node:<name>, and
+// kube-proxy.
 //
 // The end-to-end tests (tests/e2e) and `make demo` (hack/demo) both run it. It needs root;
 // Tools.Unavailable says why it cannot run elsewhere.
@@ -27,24 +31,18 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcube/sandboxpool/hack/pause/image"
-	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
-	"github.com/agentcube/sandboxpool/schema/corpus"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
-	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-)
 
-// Identities of the control-plane components (deploy/rbac binds their roles).
-const (
-	ControllerUser = "system:serviceaccount:" + v1alpha1.DefaultSystemNamespace + ":sandbox-pool-controller"
-	WebhookUser    = "system:serviceaccount:" + v1alpha1.DefaultSystemNamespace + ":sandbox-pool-webhook"
+	"github.com/agentcube/sandboxpool/hack/pause/image"
+	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
 
 // Timers are the components' timers. Tests shorten the ones of minutes.
@@ -58,8 +56,9 @@ type Timers struct {
 	FinalizerTimeout       time.Duration // controller --finalizer-timeout
 }
 
-// DefaultTimers are the components' defaults, with node-ctl polled every 2 s instead of 5 s
-// so that a demo shows changes promptly.
+// DefaultTimers are the components' defaults (the controller's as deploy/controller sets
+// them), with node-ctl polled every 2 s instead of 5 s so that a demo shows changes
+// promptly.
 func DefaultTimers() Timers {
 	return Timers{
 		NodeCtlPollInterval: 2 * time.Second, ManifestVerifyInterval: 30 * time.Second,
@@ -77,18 +76,22 @@ type Options struct {
 	NodeLabels map[string]string
 	// Zone is node-ctl's --zone.
 	Zone string
-	// Tools locate kube-apiserver, etcd, kubectl, kubelet and containerd.
+	// Tools locate kube-apiserver, etcd, kubectl, kubelet, kube-controller-manager,
+	// kube-scheduler, kube-proxy and containerd.
 	Tools Tools
-	// Bin holds the project's binaries (placeholder-agent, sandboxpool-controller,
-	// sandboxpool-webhook, node-ctl, containerd-shim-placeholder-v2); empty: built into
-	// Dir/bin with `go build`.
+	// Bin holds the node's binaries (placeholder-agent, node-ctl,
+	// containerd-shim-placeholder-v2) that deploy/node/install.sh installs; empty: built
+	// into Dir/bin with `go build`.
 	Bin string
+	// Images holds the controller's and the webhook's image archives (`make images`'
+	// IMAGES_DIR); empty: built into Dir/images.
+	Images string
 	// Timers of the components.
 	Timers Timers
 	// NodeRestriction adds the NodeRestriction admission plugin to the API server, as
 	// production clusters run it. A node identity may then write no Lease but its own in
 	// kube-node-lease; the agent renews its pools' Leases as its per-node service account
-	// (--lease-kubeconfig), as it always does here.
+	// (--lease-kubeconfig, from hack/agent-lease-credentials.sh), as it always does here.
 	NodeRestriction bool
 	// Logf reports progress; nil discards it.
 	Logf func(format string, args ...any)
@@ -102,45 +105,50 @@ type Stack struct {
 	Admin *rest.Config
 	// Kubeconfig is a cluster-admin kubeconfig file for kubectl.
 	Kubeconfig string
-	// LogDir holds one log file per process.
+	// LogDir holds one log file per process (the Pods' logs are in PodLog).
 	LogDir string
-	// The components: node-ctl and the agent under a supervisor that plays their systemd
-	// units (Restart=always).
-	Webhook, Controller, Containerd, Kubelet *Proc
-	NodeCtl, Agent                           *Unit
+	// The processes: the control plane's controllers, and the node's — containerd, kubelet,
+	// node-ctl and the agent under a supervisor that plays their installed systemd units
+	// (Restart=always), and kube-proxy under the same supervisor (it exits when its Node is
+	// deleted, for its DaemonSet or unit to start it again).
+	ControllerManager, Scheduler *Proc
+	Containerd, Kubelet          *Proc
+	NodeCtl, Agent, KubeProxy    *Unit
 	// CgroupRoot is kubelet's cgroupRoot; NodeCtlCgroup is node-ctl's cgroup.
 	CgroupRoot, NodeCtlCgroup string
 	// Network is the node's CNI network.
 	Network network
 
-	id    string
-	paths nodePaths
-	bin   string
-	kube  *kubernetes.Clientset
+	id     string
+	paths  nodePaths
+	bin    string
+	pki    string            // the API server's certificates (writeAPIServerPKI)
+	images map[string]string // the cluster half's image references, by image name
+	kube   *kubernetes.Clientset
 
 	// envtestDirs are the control plane's temporary directories (for the state file).
 	envtestDirs []string
 	// ready is set once Start has succeeded.
 	ready bool
+	// proxyRules is set once kube-proxy may have written iptables rules.
+	proxyRules bool
+	// imagesToImport holds the cluster half's image archives, imported on each boot.
+	imagesToImport string
 
 	link         *link  // the node's path to the API server
 	agentHealthz string // the agent's /healthz and /readyz address
-	// webhookHealth is the webhook's /healthz and /readyz address.
-	webhookHealth string
+	proxyHealthz string // kube-proxy's /healthz address
 	// kubeletReadOnly is kubelet's read-only port on loopback (host:port).
 	kubeletReadOnly     string
 	kubeletReadOnlyPort int
-	// leaseKubeconfig is the agent's Lease identity: the per-node service account
-	// sandbox-pool-node-lease/placeholder-agent-<node>.
-	leaseKubeconfig string
 
 	supervise   context.CancelFunc // stops the units' supervisors
 	supervisors sync.WaitGroup
 	stopOnce    sync.Once
 }
 
-// Start starts everything and waits until the node is Ready. On error, whatever started
-// is stopped again.
+// Start starts everything and waits until the node is Ready and the cluster half runs. On
+// error, whatever started is stopped again.
 func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -178,7 +186,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if err != nil {
 		if stopErr := s.Stop(); stopErr != nil {
-			err = fmt.Errorf("%w (and stopping: %v)", err, stopErr)
+			err = fmt.Errorf("%w (and stopping: %w)", err, stopErr)
 		}
 		return nil, err
 	}
@@ -186,34 +194,31 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 }
 
 func (s *Stack) start(ctx context.Context) error {
-	o := s.Opts
-	for _, d := range []string{s.LogDir, s.paths.manifests, s.paths.nodeCtl, s.paths.kubeletRoot, s.paths.podLogs} {
+	for _, d := range []string{s.LogDir, s.paths.manifests, s.paths.kubeletRoot, s.paths.podLogs, filepath.Dir(s.paths.nodeCtlPid)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := EnsureHostPackages(ctx, o.Logf); err != nil {
+	if err := EnsureHostPackages(ctx, s.Opts.Logf); err != nil {
 		return err
 	}
 	if err := s.build(ctx); err != nil {
 		return err
 	}
-
-	opts := []framework.Option{framework.WithNodeAuthorizer(), framework.WithWebhooks(filepath.Join("deploy", "webhook"))}
-	what := "Node authorizer, default admission plugins"
-	if o.NodeRestriction {
-		opts, what = append(opts, framework.WithNodeRestriction()), what+" and NodeRestriction"
-	}
-	o.Logf("starting etcd and kube-apiserver (%s), installing the CRDs", what)
-	t0 := time.Now()
-	cp, err := framework.Start(opts...)
+	imagesDir, err := s.imagesDir(ctx)
 	if err != nil {
 		return err
 	}
-	s.CP = cp
-	s.envtestDirs = []string{cp.Env.ControlPlane.APIServer.CertDir, cp.Env.ControlPlane.Etcd.DataDir, cp.Env.WebhookInstallOptions.LocalServingCertDir}
-	o.Logf("control plane up in %s", time.Since(t0).Round(time.Millisecond))
-	if s.Admin, err = cp.AddUser("sandboxpool-admin", "system:masters"); err != nil {
+	if s.images, err = ImageRefs(imagesDir); err != nil {
+		return err
+	}
+	if err := createBridge(s.Network); err != nil {
+		return err
+	}
+	if err := s.startControlPlane(ctx); err != nil {
+		return err
+	}
+	if s.Admin, err = s.CP.AddUser("sandboxpool-admin", "system:masters"); err != nil {
 		return err
 	}
 	if s.Kubeconfig, err = s.writeKubeconfig("kubeconfig", "sandboxpool-admin", "system:masters"); err != nil {
@@ -222,19 +227,19 @@ func (s *Stack) start(ctx context.Context) error {
 	if s.kube, err = kubernetes.NewForConfig(s.Admin); err != nil {
 		return err
 	}
-	if err := s.applyDeploy(ctx); err != nil {
+	if err := s.startControllers(ctx); err != nil {
 		return err
 	}
-	if err := s.startWebhook(ctx); err != nil {
+	if err := s.installCluster(ctx); err != nil {
 		return err
 	}
-	if err := s.startController(ctx); err != nil {
+	if err := s.startNode(ctx, imagesDir); err != nil {
 		return err
 	}
-	return s.startNode(ctx)
+	return s.WaitCluster(ctx, 3*time.Minute)
 }
 
-// build builds the project's binaries (unless Options.Bin has them) and the pause image.
+// build builds the node's binaries (unless Options.Bin has them) and the pause image.
 func (s *Stack) build(ctx context.Context) error {
 	s.bin = s.Opts.Bin
 	if s.bin == "" {
@@ -243,81 +248,29 @@ func (s *Stack) build(ctx context.Context) error {
 			return err
 		}
 		s.bin = filepath.Join(s.Opts.Dir, "bin")
-		s.Opts.Logf("building the binaries into %s", s.bin)
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", s.bin+"/",
-			"./cmd/placeholder-agent", "./cmd/sandboxpool-controller", "./cmd/sandboxpool-webhook",
-			"./cmd/node-ctl", "./cmd/containerd-shim-placeholder-v2")
+		s.Opts.Logf("building the node's binaries into %s", s.bin)
+		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-o", s.bin + "/"}, NodeBinaries...)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("building the binaries: %w\n%s", err, out)
 		}
 	}
-	for _, b := range []string{"placeholder-agent", "sandboxpool-controller", "sandboxpool-webhook", "node-ctl", "containerd-shim-placeholder-v2"} {
-		if _, err := os.Stat(filepath.Join(s.bin, b)); err != nil {
-			return fmt.Errorf("%s missing in %s: %w", b, s.bin, err)
+	for _, pkg := range NodeBinaries {
+		if _, err := os.Stat(filepath.Join(s.bin, filepath.Base(pkg))); err != nil {
+			return fmt.Errorf("%s missing in %s: %w", filepath.Base(pkg), s.bin, err)
 		}
 	}
 	return image.Build(ctx, s.paths.pauseArchive)
 }
 
-// applyDeploy applies what an operator applies: the namespaces, RBAC, the webhook's RBAC
-// and the RuntimeClass (the CRDs and the webhook configuration are in).
-func (s *Stack) applyDeploy(ctx context.Context) error {
-	return s.CP.ApplyDeploy(ctx, "namespace.yaml", "rbac", filepath.Join("webhook", "rbac.yaml"), "runtimeclass.yaml")
-}
-
-func (s *Stack) startWebhook(ctx context.Context) error {
-	kc, err := s.writeKubeconfig("webhook.kubeconfig", WebhookUser, "system:serviceaccounts",
-		"system:serviceaccounts:"+v1alpha1.DefaultSystemNamespace, "system:authenticated")
-	if err != nil {
-		return err
-	}
-	wo := s.CP.WebhookOptions()
-	health := freeAddr()
-	s.Webhook = newProc("webhook", s.LogDir, filepath.Join(s.bin, "sandboxpool-webhook"), []string{
-		"--kubeconfig=" + kc,
-		"--addr=" + net.JoinHostPort(wo.LocalServingHost, fmt.Sprint(wo.LocalServingPort)),
-		"--cert-dir=" + wo.LocalServingCertDir,
-		"--metrics-addr=" + freeAddr(), "--health-addr=" + health,
-	})
-	s.webhookHealth = health
-	s.Opts.Logf("starting the webhook as %s", WebhookUser)
-	return s.StartWebhook(ctx)
-}
-
-// StartWebhook starts the webhook's process and waits until it is ready.
-func (s *Stack) StartWebhook(ctx context.Context) error {
-	if err := s.Webhook.Start(); err != nil {
-		return err
-	}
-	return waitHTTP(ctx, s.Webhook, "http://"+s.webhookHealth+"/readyz", time.Minute)
-}
-
-func (s *Stack) startController(ctx context.Context) error {
-	kc, err := s.writeKubeconfig("controller.kubeconfig", ControllerUser, "system:serviceaccounts",
-		"system:serviceaccounts:"+v1alpha1.DefaultSystemNamespace, "system:authenticated")
-	if err != nil {
-		return err
-	}
-	t := s.Opts.Timers
-	probe := freeAddr()
-	s.Controller = newProc("controller", s.LogDir, filepath.Join(s.bin, "sandboxpool-controller"), []string{
-		"--kubeconfig=" + kc, "--leader-elect=false",
-		"--lease-ttl=" + t.LeaseTTL.String(), "--nodectl-unready-after=" + t.NodeCtlUnreadyAfter.String(),
-		"--finalizer-timeout=" + t.FinalizerTimeout.String(),
-		"--metrics-bind-address=" + freeAddr(), "--health-probe-bind-address=" + probe,
-	})
-	s.Opts.Logf("starting the controller as %s", ControllerUser)
-	if err := s.Controller.Start(); err != nil {
-		return err
-	}
-	return waitHTTP(ctx, s.Controller, "http://"+probe+"/readyz", time.Minute)
-}
+// NodeBinaries are the main packages of the node half, which deploy/node/install.sh
+// installs.
+var NodeBinaries = []string{"./cmd/placeholder-agent", "./cmd/node-ctl", "./cmd/containerd-shim-placeholder-v2"}
 
 // startNode prepares the node (cgroup, CNI, configurations, the node's identity through
-// the link) and boots it.
-func (s *Stack) startNode(ctx context.Context) error {
+// the link, the node half installed) and boots it.
+func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 	o, p := s.Opts, s.paths
 	if err := createCgroup(s.CgroupRoot); err != nil {
 		return err
@@ -355,24 +308,30 @@ func (s *Stack) startNode(ctx context.Context) error {
 	if err := pointAt(kc, "https://"+s.link.addr); err != nil {
 		return err
 	}
-	s.leaseKubeconfig, err = s.writeKubeconfig("lease.kubeconfig",
-		"system:serviceaccount:"+v1alpha1.DefaultLeaseNamespace+":"+v1alpha1.LeaseServiceAccountPrefix+o.NodeName,
-		"system:serviceaccounts", "system:serviceaccounts:"+v1alpha1.DefaultLeaseNamespace, "system:authenticated")
+	proxyKC, err := s.writeKubeconfig("kube-proxy.kubeconfig", proxyUser)
 	if err != nil {
 		return err
 	}
-	if err := pointAt(s.leaseKubeconfig, "https://"+s.link.addr); err != nil {
+	if err := pointAt(proxyKC, "https://"+s.link.addr); err != nil {
+		return err
+	}
+	s.proxyHealthz = freeAddr()
+	if err := s.writeKubeProxyConfig(proxyKC, s.proxyHealthz); err != nil {
+		return err
+	}
+	s.agentHealthz = freeAddr()
+	if err := s.installNode(ctx, kc); err != nil {
 		return err
 	}
 
 	s.Containerd = newProc("containerd", s.LogDir, filepath.Join(o.Tools.Containerd, "containerd"),
 		[]string{"--config", filepath.Join(p.containerd, "config.toml")},
-		"PATH="+s.bin+":"+o.Tools.Containerd+":"+os.Getenv("PATH"))
-	s.NodeCtl = &Unit{Proc: newProc("node-ctl", s.LogDir, filepath.Join(s.bin, "node-ctl"), []string{
-		"--socket=" + p.nodeCtlSock, "--config=" + p.nodeCtlCfg, "--cgroup-path=" + s.NodeCtlCgroup, "--zone=" + o.Zone,
-	}), StoppedFile: p.nodeCtlHold, PIDFile: p.nodeCtlPid}
-	s.agentHealthz = freeAddr()
-	s.Agent = &Unit{Proc: newProc("agent", s.LogDir, filepath.Join(s.bin, "placeholder-agent"), s.agentArgs(kc))}
+		// The installed shim on containerd's PATH, as /usr/local/bin is on a node's.
+		"PATH="+p.binDir+":"+o.Tools.Containerd+":"+os.Getenv("PATH"))
+	s.NodeCtl = newUnit("node-ctl", s.LogDir, filepath.Join(p.units, "node-ctl.service"))
+	s.NodeCtl.StoppedFile, s.NodeCtl.PIDFile = p.nodeCtlHold, p.nodeCtlPid
+	s.Agent = newUnit("agent", s.LogDir, filepath.Join(p.units, "placeholder-agent.service"),
+		"PATH="+filepath.Dir(p.systemctl)+":"+os.Getenv("PATH"))
 	var labels []string
 	for k, v := range o.NodeLabels {
 		labels = append(labels, k+"="+v)
@@ -386,28 +345,30 @@ func (s *Stack) startNode(ctx context.Context) error {
 		args = append(args, "--node-labels="+strings.Join(labels, ","))
 	}
 	s.Kubelet = newProc("kubelet", s.LogDir, filepath.Join(o.Tools.KubeAssets, "kubelet"), args)
+	s.KubeProxy = fixedUnit(newProc("kube-proxy", s.LogDir, s.kubeProxyBin(), []string{"--config=" + p.kubeProxyCfg, "--v=1"}), time.Second)
 
-	// Both units start stopped; BootNode starts them.
-	for _, u := range []*Unit{s.NodeCtl, s.Agent} {
+	// The units start stopped; BootNode starts them.
+	for _, u := range []*Unit{s.NodeCtl, s.Agent, s.KubeProxy} {
 		if err := u.SetStopped(true); err != nil {
 			return err
 		}
 	}
 	supCtx, cancel := context.WithCancel(context.Background())
 	s.supervise = cancel
-	for _, u := range []*Unit{s.NodeCtl, s.Agent} {
-		s.supervisors.Add(1)
-		go func() {
-			defer s.supervisors.Done()
+	for _, u := range []*Unit{s.NodeCtl, s.Agent, s.KubeProxy} {
+		s.supervisors.Go(func() {
 			u.supervise(supCtx, o.Logf)
-		}()
+		})
 	}
+	s.imagesToImport = imagesDir
 	return s.BootNode(ctx, true)
 }
 
 // BootNode starts the node's processes in the order a booting node's services start —
-// containerd, node-ctl, the agent, kubelet — and, with waitReady, waits until the agent is
-// ready and the node Ready (neither happens while the API server is unreachable).
+// containerd (the pause image and the cluster half's images imported), node-ctl, the agent,
+// kubelet, kube-proxy — and, with waitReady, waits until the agent is ready, the node Ready,
+// kube-proxy has written its rules and, once the cluster half is installed, its Pods run
+// again on this, the only node (none of it happens while the API server is unreachable).
 func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	o, p := s.Opts, s.paths
 	o.Logf("starting containerd %s with the placeholder runtime handler", s.Containerd.bin)
@@ -426,8 +387,11 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	if out, err := s.Ctr(ctx, "-n", containerdtest.CRINamespace, "images", "import", p.pauseArchive); err != nil {
 		return fmt.Errorf("importing the pause image: %w: %s", err, out)
 	}
+	if _, err := s.ImportImages(ctx, s.imagesToImport); err != nil {
+		return err
+	}
 
-	o.Logf("starting node-ctl on cgroup %s", s.NodeCtlCgroup)
+	o.Logf("starting node-ctl on cgroup %s (its installed unit)", s.NodeCtlCgroup)
 	if err := s.NodeCtl.StartUnit(); err != nil {
 		return err
 	}
@@ -435,7 +399,7 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 		return fmt.Errorf("node-ctl not healthy: %w; its log ends:\n%s", err, s.NodeCtl.Tail(20))
 	}
 
-	o.Logf("starting the placeholder agent as system:node:%s", o.NodeName)
+	o.Logf("starting the placeholder agent as system:node:%s (its installed unit)", o.NodeName)
 	if err := s.Agent.StartUnit(); err != nil {
 		return err
 	}
@@ -445,8 +409,12 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 		}
 	}
 
-	o.Logf("starting kubelet as system:node:%s (staticPodPath %s)", o.NodeName, p.manifests)
+	o.Logf("starting kubelet as system:node:%s (staticPodPath %s) and kube-proxy", o.NodeName, p.manifests)
 	if err := s.Kubelet.Start(); err != nil {
+		return err
+	}
+	s.proxyRules = true
+	if err := s.KubeProxy.StartUnit(); err != nil {
 		return err
 	}
 	if !waitReady {
@@ -456,18 +424,28 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	if err := waitFor(ctx, s.Kubelet, 3*time.Minute, func() bool { return s.NodeReady(ctx) }); err != nil {
 		return fmt.Errorf("node %s not Ready: %w", o.NodeName, err)
 	}
+	if err := waitHTTP(ctx, nil, "http://"+s.proxyHealthz+"/healthz", time.Minute); err != nil {
+		return err
+	}
 	o.Logf("node %s Ready in %s", o.NodeName, time.Since(t0).Round(time.Millisecond))
+	if s.ready {
+		return s.WaitCluster(ctx, 3*time.Minute)
+	}
 	return nil
 }
 
 // ShutdownNode stops the node's processes as a shutdown does, in the reverse order, and
 // leaves what a reboot leaves: no pods in containerd (removed through CRI, which stops
-// ordinary pods' processes and lets the placeholder shims exit), the files on disk (the
-// manifests, node-ctl's config), node-ctl's cgroup and its limits.
+// ordinary pods' processes — the controller's and the webhook's — and lets the placeholder
+// shims exit), the files on disk (the manifests, node-ctl's config), node-ctl's cgroup and
+// its limits. kube-proxy's iptables rules stay until Stop (a reboot would clear them; the
+// API server shares this host's rules).
 func (s *Stack) ShutdownNode(ctx context.Context) error {
 	var errs []error
-	if s.Agent != nil {
-		errs = append(errs, s.Agent.StopUnit(30*time.Second))
+	for _, u := range []*Unit{s.Agent, s.KubeProxy} {
+		if u != nil {
+			errs = append(errs, u.StopUnit(30*time.Second))
+		}
 	}
 	if s.Kubelet != nil {
 		errs = append(errs, s.Kubelet.Stop(30*time.Second))
@@ -506,34 +484,16 @@ func pointAt(path, server string) error {
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-func (s *Stack) agentArgs(kubeconfig string) []string {
-	o, p, t := s.Opts, s.paths, s.Opts.Timers
-	return []string{
-		"--node-name=" + o.NodeName, "--kubeconfig=" + kubeconfig, "--lease-kubeconfig=" + s.leaseKubeconfig,
-		"--manifest-dir=" + p.manifests, "--pause-image=" + image.Name,
-		"--node-ctl-socket=" + p.nodeCtlSock, "--node-ctl-config=" + p.nodeCtlCfg,
-		// node-ctl's unit is played by the stack's supervisor: the stop command marks it
-		// stopped (systemctl stop), the restart command clears the mark (systemctl restart
-		// starts a stopped unit); both signal the process the stack started, by the PID the
-		// supervisor wrote.
-		"--node-ctl-stop-command=" + fmt.Sprintf(`touch %[1]s && kill -TERM "$(cat %[2]s)"`, p.nodeCtlHold, p.nodeCtlPid),
-		"--node-ctl-restart-command=" + fmt.Sprintf(`rm -f %[1]s; pid="$(cat %[2]s)"; [ -z "$pid" ] || kill -TERM "$pid"`, p.nodeCtlHold, p.nodeCtlPid),
-		"--node-ctl-poll-interval=" + t.NodeCtlPollInterval.String(),
-		"--lease-renew-interval=" + t.LeaseRenewInterval.String(), "--lease-ttl=" + t.LeaseTTL.String(),
-		"--manifest-verify-interval=" + t.ManifestVerifyInterval.String(),
-		"--resize-deferred-warning-after=" + t.DeferredWarningAfter.String(),
-		"--shim-address=" + p.agentSocket,
-		"--healthz-addr=" + s.agentHealthz, "--metrics-addr=0",
-	}
-}
-
 // RestartAgent stops the agent's unit and starts it again with its flags plus extra (a
-// later flag wins), then waits until the agent is ready.
+// later flag wins), written into its environment file as an operator changes them, then
+// waits until the agent is ready.
 func (s *Stack) RestartAgent(ctx context.Context, extra ...string) error {
 	if err := s.Agent.StopUnit(30 * time.Second); err != nil {
 		return err
 	}
-	s.Agent.args = append(s.agentArgs(filepath.Join(s.Opts.Dir, "kc", "node.kubeconfig")), extra...)
+	if err := s.setAgentArgs(extra...); err != nil {
+		return err
+	}
 	if err := s.Agent.StartUnit(); err != nil {
 		return err
 	}
@@ -646,7 +606,8 @@ func (s *Stack) writeKubeconfig(file, name string, groups ...string) (string, er
 }
 
 // Stop stops everything, in the reverse order of a start, and removes what the stack
-// created outside its directory (cgroups, the CNI bridge). It keeps Dir (logs).
+// created outside its directory (cgroups, the CNI bridge, kube-proxy's iptables rules). It
+// keeps Dir (logs).
 func (s *Stack) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
@@ -655,10 +616,13 @@ func (s *Stack) Stop() error {
 			s.supervise()
 			s.supervisors.Wait()
 		}
-		for _, p := range []*Proc{s.Controller, s.Webhook} {
+		for _, p := range []*Proc{s.Scheduler, s.ControllerManager} {
 			if p != nil {
 				errs = append(errs, p.Stop(15*time.Second))
 			}
+		}
+		if s.proxyRules {
+			errs = append(errs, cleanupKubeProxy(s.kubeProxyBin()))
 		}
 		if s.link != nil {
 			s.link.Cut()

@@ -30,10 +30,17 @@ type State struct {
 	// ManifestDir is kubelet's staticPodPath; NodeCtlSocket node-ctl's socket.
 	ManifestDir   string `json:"manifestDir"`
 	NodeCtlSocket string `json:"nodeCtlSocket"`
+	// InstallDir holds the kustomization the cluster half was applied from; PodLogDir the
+	// Pods' logs (kubelet's podLogsDir).
+	InstallDir string `json:"installDir"`
+	PodLogDir  string `json:"podLogDir"`
 	// Cgroups, Bridge and TempDirs are what the stack made outside Dir.
 	Cgroups  []string `json:"cgroups"`
 	Bridge   string   `json:"bridge"`
 	TempDirs []string `json:"tempDirs"`
+	// KubeProxy, when set, is the kube-proxy binary whose iptables rules the stack leaves
+	// on the host until it stops (`kube-proxy --cleanup` removes them).
+	KubeProxy string `json:"kubeProxy,omitempty"`
 }
 
 // State describes the running stack; runner is the process running it.
@@ -41,14 +48,18 @@ func (s *Stack) State() State {
 	st := State{
 		Runner: RecordOf("runner", os.Getpid()), Ready: s.ready, Dir: s.Opts.Dir, Kubeconfig: s.Kubeconfig, LogDir: s.LogDir,
 		NodeName: s.Opts.NodeName, ManifestDir: s.paths.manifests, NodeCtlSocket: s.paths.nodeCtlSock,
+		InstallDir: s.InstallDir(), PodLogDir: s.paths.podLogs,
 		Cgroups: []string{s.CgroupRoot, s.NodeCtlCgroup}, Bridge: s.Network.Bridge, TempDirs: s.envtestDirs,
+	}
+	if s.Opts.Tools.KubeAssets != "" {
+		st.KubeProxy = s.kubeProxyBin()
 	}
 	for _, name := range []string{"etcd", "kube-apiserver"} {
 		for _, pid := range childrenNamed(name) {
 			st.Processes = append(st.Processes, RecordOf(name, pid))
 		}
 	}
-	for _, p := range []*Proc{s.Webhook, s.Controller, s.Containerd, s.nodeCtlProc(), s.agentProc(), s.Kubelet} {
+	for _, p := range []*Proc{s.ControllerManager, s.Scheduler, s.Containerd, unitProc(s.NodeCtl), unitProc(s.Agent), s.Kubelet, unitProc(s.KubeProxy)} {
 		if p != nil && p.Running() {
 			st.Processes = append(st.Processes, p.Record())
 		}
@@ -114,7 +125,8 @@ func ReadState(path string) (State, error) {
 // (SIGTERM: it stops the components in order), waits up to grace, then SIGKILLs every
 // recorded process that is still the same process, and the placeholder and runc shims of
 // the stack's containerd; then it unmounts what is left below Dir, removes the cgroups, the
-// bridge, the control plane's temporary directories and Dir. logf reports each step.
+// bridge, kube-proxy's iptables rules, the control plane's temporary directories and Dir.
+// logf reports each step.
 func TearDown(st State, grace time.Duration, logf func(string, ...any)) error {
 	if st.Runner.Alive() {
 		logf("stopping the stack (pid %d)", st.Runner.Pid)
@@ -156,6 +168,10 @@ func TearDown(st State, grace time.Duration, logf func(string, ...any)) error {
 	if st.Bridge != "" {
 		deleteLink(st.Bridge)
 	}
+	if st.KubeProxy != "" {
+		logf("removing kube-proxy's iptables rules (kube-proxy --cleanup)")
+		errs = append(errs, cleanupKubeProxy(st.KubeProxy))
+	}
 	for _, d := range st.TempDirs {
 		if d != "" && filepath.IsAbs(d) {
 			_ = os.RemoveAll(d)
@@ -169,16 +185,10 @@ func TearDown(st State, grace time.Duration, logf func(string, ...any)) error {
 	return errors.Join(errs...)
 }
 
-func (s *Stack) nodeCtlProc() *Proc {
-	if s.NodeCtl == nil {
+// unitProc is u's process, nil without a unit.
+func unitProc(u *Unit) *Proc {
+	if u == nil {
 		return nil
 	}
-	return s.NodeCtl.Proc
-}
-
-func (s *Stack) agentProc() *Proc {
-	if s.Agent == nil {
-		return nil
-	}
-	return s.Agent.Proc
+	return u.Proc
 }

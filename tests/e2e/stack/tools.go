@@ -15,30 +15,39 @@ import (
 
 // Environment variables that locate the tools (make test and make demo set them).
 const (
-	// KubeAssetsEnv names the directory with kube-apiserver, etcd, kubectl and kubelet
-	// (`make tools kubelet`); envtest reads the same variable.
+	// KubeAssetsEnv names the directory with kube-apiserver, etcd, kubectl, kubelet,
+	// kube-controller-manager, kube-scheduler and kube-proxy (`make tools`); envtest reads
+	// the same variable.
 	KubeAssetsEnv = "KUBEBUILDER_ASSETS"
 	// ContainerdEnv names the directory with containerd, ctr, the runc shim and crictl
 	// (`make containerd`).
 	ContainerdEnv = containerdtest.ToolsEnv
+	// ImagesEnv names the directory with the controller's and the webhook's image archives
+	// (`make images`); unset, the stack builds them.
+	ImagesEnv = "SANDBOXPOOL_IMAGES"
 )
 
 // CNIBinDir is where Debian's containernetworking-plugins installs the CNI plugins.
 const CNIBinDir = "/usr/lib/cni"
 
 // hostPackages are the Debian packages the node needs, each with a file that shows it is
-// installed: the CNI plugins (node Ready, and pods with their own network namespace) and
-// runc (ordinary pods run by containerd's default runtime).
+// installed: the CNI plugins (node Ready, and pods with their own network namespace), runc
+// (ordinary pods — the controller's and the webhook's — run by containerd's default
+// runtime) and iptables (kube-proxy's Services).
 var hostPackages = []struct{ name, file string }{
 	{"containernetworking-plugins", filepath.Join(CNIBinDir, "bridge")},
-	{"runc", ""}, // looked up on PATH
+	{"runc", ""},     // looked up on PATH
+	{"iptables", ""}, // looked up on PATH
 }
 
 // Tools are the binaries the stack runs.
 type Tools struct {
-	KubeAssets string // kube-apiserver, etcd, kubectl, kubelet
+	KubeAssets string // kube-apiserver, etcd, kubectl, kubelet, kube-controller-manager, kube-scheduler, kube-proxy
 	Containerd string // containerd, ctr, containerd-shim-runc-v2, crictl
 }
+
+// KubeBinaries are the Kubernetes binaries the stack runs.
+var KubeBinaries = []string{"kube-apiserver", "etcd", "kubectl", "kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
 
 // ToolsFromEnv reads the tool directories from the environment.
 func ToolsFromEnv() Tools {
@@ -55,11 +64,11 @@ func (t Tools) Unavailable() string {
 		return "the end-to-end stack (kubelet, containerd, node-ctl on real cgroups) needs root: run as root (CI does)"
 	}
 	if t.KubeAssets == "" {
-		return KubeAssetsEnv + " is not set: run with `make test` or `make demo`, which build kube-apiserver, etcd, kubectl and kubelet"
+		return KubeAssetsEnv + " is not set: run with `make test` or `make demo`, which build the Kubernetes binaries"
 	}
-	for _, b := range []string{"kube-apiserver", "etcd", "kubectl", "kubelet"} {
+	for _, b := range KubeBinaries {
 		if _, err := os.Stat(filepath.Join(t.KubeAssets, b)); err != nil {
-			return fmt.Sprintf("%s missing in %s=%s: run `make tools kubelet`", b, KubeAssetsEnv, t.KubeAssets)
+			return fmt.Sprintf("%s missing in %s=%s: run `make tools`", b, KubeAssetsEnv, t.KubeAssets)
 		}
 	}
 	if t.Containerd == "" {

@@ -9,23 +9,63 @@ import (
 )
 
 // Unit is a Proc under a supervisor that plays its systemd unit (Restart=always): the
-// supervisor starts the process, and starts it again whenever it exited, unless the unit
-// is stopped. The stopped state is in memory, or — for node-ctl, whose unit the agent's
-// stop and restart commands drive — a marker file. The current PID, when PIDFile is set, is
-// written there for those commands.
+// supervisor starts the process, and starts it again RestartSec after it exited, unless the
+// unit is stopped. Each start runs the installed unit file's ExecStart as it reads then
+// (readUnit), as systemd does. The stopped state is in memory, or — for node-ctl, whose
+// unit the agent's systemctl commands drive — a marker file. The current PID, when PIDFile
+// is set, is written there for those commands.
 type Unit struct {
 	*Proc
+	// File is the installed unit file; empty, the process's command line is fixed.
+	File string
 	// StoppedFile, when set, holds the stopped state: the unit is stopped while it exists.
 	StoppedFile string
 	// PIDFile, when set, holds the running process's PID (empty while none runs).
 	PIDFile string
 
-	mu      sync.Mutex // guards stopped
-	stopped bool       // when StoppedFile is empty
+	mu           sync.Mutex // guards stopped and restartAfter
+	stopped      bool       // when StoppedFile is empty
+	restartAfter time.Duration
 }
 
-// restartDelay is the supervisor's RestartSec.
-const restartDelay = 500 * time.Millisecond
+// newUnit is the unit installed at file, its process logging as name.
+func newUnit(name, logDir, file string, env ...string) *Unit {
+	return &Unit{Proc: newProc(name, logDir, "", nil, env...), File: file}
+}
+
+// fixedUnit is a unit of the node's own (not one install.sh installs), with a fixed command
+// line and restart delay.
+func fixedUnit(p *Proc, restartAfter time.Duration) *Unit {
+	return &Unit{Proc: p, restartAfter: restartAfter}
+}
+
+// load reads the unit file into the process's command line and the restart delay.
+func (u *Unit) load() error {
+	if u.File == "" {
+		return nil
+	}
+	spec, err := readUnit(u.File)
+	if err != nil {
+		return err
+	}
+	u.Proc.setCommand(spec.Argv[0], spec.Argv[1:])
+	u.mu.Lock()
+	u.restartAfter = spec.RestartDelay
+	u.mu.Unlock()
+	return nil
+}
+
+// Command is the command line the unit's next start runs, read from its unit file.
+func (u *Unit) Command() ([]string, error) {
+	spec, err := readUnit(u.File)
+	return spec.Argv, err
+}
+
+func (u *Unit) restartDelay() time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.restartAfter
+}
 
 // supervise runs the unit's supervisor until ctx ends, leaving the process as it is then.
 func (u *Unit) supervise(ctx context.Context, logf func(string, ...any)) {
@@ -38,8 +78,10 @@ func (u *Unit) supervise(ctx context.Context, logf func(string, ...any)) {
 			u.writePID(0)
 			logf("%s exited", u.Name)
 		}
-		if !running && !u.Stopped() && time.Since(exitedAt) >= restartDelay {
-			if err := u.Proc.Start(); err != nil {
+		if !running && !u.Stopped() && time.Since(exitedAt) >= u.restartDelay() {
+			if err := u.load(); err != nil {
+				logf("%s: %v", u.Name, err)
+			} else if err := u.Proc.Start(); err != nil {
 				logf("starting %s: %v", u.Name, err)
 			} else {
 				running = true

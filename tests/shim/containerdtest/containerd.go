@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,14 +23,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	"github.com/agentcube/sandboxpool/hack/pause/image"
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/shim/agentclient"
 	"github.com/agentcube/sandboxpool/tests/framework"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ToolsEnv names the directory holding containerd, ctr, containerd-shim-runc-v2 and crictl.
@@ -317,7 +319,7 @@ func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
 // withoutDeprecationNotes drops ctr's warning about cgroup v1 on this host.
 func withoutDeprecationNotes(out string) string {
 	var keep []string
-	for _, l := range strings.Split(out, "\n") {
+	for l := range strings.SplitSeq(out, "\n") {
 		if !strings.Contains(l, "DEPRECATION") {
 			keep = append(keep, l)
 		}
@@ -496,12 +498,12 @@ func unmountBelow(dir string) {
 		return
 	}
 	var mounts []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
 			mounts = append(mounts, f[4])
 		}
 	}
-	for i := len(mounts) - 1; i >= 0; i-- {
-		_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+	for _, mount := range slices.Backward(mounts) {
+		_ = syscall.Unmount(mount, syscall.MNT_DETACH)
 	}
 }

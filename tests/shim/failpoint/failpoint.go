@@ -43,7 +43,7 @@ type Failpoint struct {
 // Parse parses a control such as "1*off->2*error(injected)->1*delay(500)".
 func Parse(control string) (*Failpoint, error) {
 	fp := &Failpoint{}
-	for _, t := range strings.Split(control, "->") {
+	for t := range strings.SplitSeq(control, "->") {
 		countText, rest, ok := strings.Cut(t, "*")
 		if !ok {
 			return nil, fmt.Errorf("failpoint term %q: want <count>*<type>", t)

@@ -14,10 +14,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/agentcube/sandboxpool/policy"
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/webhook"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -25,6 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/webhook"
 )
 
 // Exit codes.
@@ -213,7 +214,7 @@ func readFile(name string) ([]object, error) {
 
 func stripComments(doc []byte) []byte {
 	var b bytes.Buffer
-	for _, line := range bytes.Split(doc, []byte("\n")) {
+	for line := range bytes.SplitSeq(doc, []byte("\n")) {
 		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
 			b.Write(line)
 			b.WriteByte('\n')

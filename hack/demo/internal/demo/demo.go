@@ -1,5 +1,7 @@
-// Package demo is `make demo` and `make demo-down`: the stack of tests/e2e/stack run in the
-// background by a detached `demo serve`, the examples applied, the pool shown.
+// Package demo is `make demo` and `make demo-down`: the one-node cluster of tests/e2e/stack
+// run in the background by a detached `demo serve` — the cluster half applied from deploy/
+// with the images of `make images`, the node half installed by deploy/node/install.sh —
+// the examples applied, the pool and the cluster half's Pods shown.
 package demo
 
 import (
@@ -26,8 +28,10 @@ import (
 type Options struct {
 	// Dir holds the stack: state file, kubeconfig, logs, the node's files.
 	Dir string
-	// Bin holds the built binaries (make demo builds them into bin/).
+	// Bin holds the node's binaries (make demo builds them into bin/).
 	Bin string
+	// Images holds the controller's and the webhook's image archives (make images).
+	Images string
 	// Examples are applied by up (globs, relative to the repository root).
 	Examples string
 	// NodeName and NodeLabel: the demo node, labelled so that examples/class-demo.yaml
@@ -43,7 +47,7 @@ type Options struct {
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
 	return Options{
-		Dir: "/tmp/sandboxpool-demo", Bin: "bin", Examples: "examples/class-*.yaml",
+		Dir: "/tmp/sandboxpool-demo", Bin: "bin", Images: "_output/images", Examples: "examples/class-*.yaml",
 		NodeName: "demo-node", NodeLabel: "sandbox.agentcube.io/pool=demo", Timeout: 3 * time.Minute,
 		NodeRestriction: true,
 	}
@@ -52,7 +56,8 @@ func DefaultOptions() Options {
 // AddFlags binds the options to flags.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Dir, "dir", o.Dir, "directory of the demo stack (short: unix socket paths are limited to 108 bytes)")
-	fs.StringVar(&o.Bin, "bin", o.Bin, "directory with placeholder-agent, sandboxpool-controller, sandboxpool-webhook, node-ctl and containerd-shim-placeholder-v2")
+	fs.StringVar(&o.Bin, "bin", o.Bin, "directory with placeholder-agent, node-ctl and containerd-shim-placeholder-v2 (the node half)")
+	fs.StringVar(&o.Images, "images", o.Images, "directory with the controller's and the webhook's image archives (make images)")
 	fs.StringVar(&o.Examples, "examples", o.Examples, "space-separated globs of the manifests up applies")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of the demo node")
 	fs.StringVar(&o.NodeLabel, "node-label", o.NodeLabel, "label (key=value) the demo node registers with")
@@ -72,13 +77,22 @@ func Serve(o Options) error {
 	if err != nil {
 		return err
 	}
+	images, err := filepath.Abs(o.Images)
+	if err != nil {
+		return err
+	}
 	key, value, _ := strings.Cut(o.NodeLabel, "=")
 	logf := func(format string, args ...any) {
 		fmt.Printf("%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
+	unlock, err := stack.LockMachine(logf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	s, err := stack.Start(ctx, stack.Options{
 		Dir: o.Dir, NodeName: o.NodeName, NodeLabels: map[string]string{key: value}, Zone: "demo-zone-a",
-		Tools: stack.ToolsFromEnv(), Bin: bin, Timers: stack.DefaultTimers(), NodeRestriction: o.NodeRestriction, Logf: logf,
+		Tools: stack.ToolsFromEnv(), Bin: bin, Images: images, Timers: stack.DefaultTimers(), NodeRestriction: o.NodeRestriction, Logf: logf,
 	})
 	if err != nil {
 		return err
@@ -150,7 +164,7 @@ func Up(o Options) error {
 		return string(out), err
 	}
 	var files []string
-	for _, g := range strings.Fields(o.Examples) {
+	for g := range strings.FieldsSeq(o.Examples) {
 		m, err := filepath.Glob(g)
 		if err != nil {
 			return err
@@ -188,7 +202,7 @@ func startServe(o Options) (stack.State, error) {
 	if err != nil {
 		return stack.State{}, err
 	}
-	cmd := exec.Command(self, "serve", "--dir="+o.Dir, "--bin="+o.Bin, "--node-name="+o.NodeName, "--node-label="+o.NodeLabel,
+	cmd := exec.Command(self, "serve", "--dir="+o.Dir, "--bin="+o.Bin, "--images="+o.Images, "--node-name="+o.NodeName, "--node-label="+o.NodeLabel,
 		fmt.Sprintf("--node-restriction=%t", o.NodeRestriction))
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -213,7 +227,7 @@ func startServe(o Options) (stack.State, error) {
 		select {
 		case err := <-exited:
 			echo(follow)
-			return stack.State{}, fmt.Errorf("the stack exited while starting (%v); logs in %s", err, filepath.Dir(o.runnerLog()))
+			return stack.State{}, fmt.Errorf("the stack exited while starting (%w); logs in %s", err, filepath.Dir(o.runnerLog()))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -291,8 +305,8 @@ func summarize(state string) string {
 	return "phase " + phase + ", waiting on " + strings.Join(pending, " ")
 }
 
-// show prints the classes and pools, the mirror pod, the node's allocated resources and
-// what to try next.
+// show prints the cluster half's Deployments and Pods (the placeholder's mirror pod among
+// them), the classes and pools, the node's allocated resources and what to try next.
 func show(kubectl func(...string) (string, error), st stack.State, tools stack.Tools) {
 	section := func(title string, args ...string) string {
 		out, err := kubectl(args...)
@@ -302,8 +316,8 @@ func show(kubectl func(...string) (string, error), st stack.State, tools stack.T
 		}
 		return out
 	}
+	fmt.Print(section("the cluster half, from deploy/", "-n", v1alpha1.DefaultSystemNamespace, "get", "deployments,pods", "-o", "wide"))
 	fmt.Print(section("classes and pools", "get", "spc,sp"))
-	fmt.Print(section("the mirror pods", "-n", v1alpha1.DefaultPodNamespace, "get", "pods", "-o", "wide"))
 	node := section("allocated", "describe", "node", st.NodeName)
 	if i := strings.Index(node, "Allocated resources:"); i >= 0 {
 		node = node[i:]
@@ -313,9 +327,17 @@ func show(kubectl func(...string) (string, error), st stack.State, tools stack.T
 	}
 	fmt.Print(node)
 	pool := naming.PoolName(st.NodeName)
+	// The pool's placeholder pods, by the names the agent gave them.
+	mirror, _ := kubectl("-n", v1alpha1.DefaultPodNamespace, "get", "pods", "-l", v1alpha1.LabelPoolName+"="+naming.LabelValue(pool),
+		"-o", "jsonpath={.items[*].metadata.name}")
 	fmt.Printf(`
-The pool's cpu and memory are locked on %[1]s by a static pod kubelet admitted (the
-placeholder runtime runs no process), and node-ctl enforces them on its cgroup.
+The controller and the webhook run as the Pods of their Deployments, applied with
+  kubectl apply -k %[9]s
+(deploy/ with the self-signed certificate and the images of make images). Their logs are in
+%[10]s: kubelet serves no API here, so kubectl logs cannot reach them. The pool's cpu and
+memory are locked on %[1]s by the static pods kubelet admitted, %[11]s above (the
+placeholder runtime runs no process), and node-ctl enforces them on its cgroup. The node
+half was installed by deploy/node/install.sh.
 
 Use the demo's cluster:
   export KUBECONFIG=%[2]s
@@ -334,7 +356,11 @@ Try next:
                                           # next sync (10 s here; 1 min with kubelet's default)
   rm %[7]s/sandbox-pool-%[4]s_*.yaml
                                           # the manifests: the agent restores the lock at once
+  kubectl -n %[6]s delete pod -l app.kubernetes.io/name=sandbox-pool-webhook --wait=false
+                                          # the webhook's Pods: new ones take over, and no
+                                          # pool write fails meanwhile
   kubectl delete spc demo                 # the pool, the pod and node-ctl's slice go
   make demo-down                          # stop everything (logs in %[8]s until then)
-`, st.NodeName, st.Kubeconfig, tools.Kubectl(), pool, st.NodeCtlSocket, v1alpha1.DefaultPodNamespace, st.ManifestDir, st.LogDir)
+`, st.NodeName, st.Kubeconfig, tools.Kubectl(), pool, st.NodeCtlSocket, v1alpha1.DefaultPodNamespace, st.ManifestDir, st.LogDir,
+		st.InstallDir, st.PodLogDir, strings.TrimSpace(mirror))
 }

@@ -7,8 +7,9 @@ package main
 import (
 	"context"
 
-	"github.com/agentcube/sandboxpool/shim/manager"
 	"github.com/containerd/containerd/v2/pkg/shim"
+
+	"github.com/agentcube/sandboxpool/shim/manager"
 )
 
 func main() {

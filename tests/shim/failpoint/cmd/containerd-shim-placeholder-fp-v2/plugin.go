@@ -1,14 +1,15 @@
 package main
 
 import (
-	"github.com/agentcube/sandboxpool/shim/task"
-	"github.com/agentcube/sandboxpool/tests/shim/failpoint"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 	"github.com/containerd/ttrpc"
+
+	"github.com/agentcube/sandboxpool/shim/task"
+	"github.com/agentcube/sandboxpool/tests/shim/failpoint"
 )
 
 func init() {
