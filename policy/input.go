@@ -143,8 +143,8 @@ func (p *parser) value() (*ast.Term, error) {
 	if p.i >= len(p.raw) {
 		return nil, errors.New("unexpected end of JSON")
 	}
-	switch c := p.raw[p.i]; {
-	case c == '{' || c == '[':
+	switch c := p.raw[p.i]; c {
+	case '{', '[':
 		start := p.i
 		end := jsonraw.SkipValue(p.raw, start)
 		keep := end-start >= subtreeMin && !p.skipKeep
@@ -166,19 +166,19 @@ func (p *parser) value() (*ast.Term, error) {
 			putSubtree(p.raw[start:end], t)
 		}
 		return t, err
-	case c == '"':
+	case '"':
 		s, err := p.str()
 		if err != nil {
 			return nil, err
 		}
 		return ast.InternedTerm(s), nil
-	case c == 't':
+	case 't':
 		p.i += len("true")
 		return ast.InternedTerm(true), nil
-	case c == 'f':
+	case 'f':
 		p.i += len("false")
 		return ast.InternedTerm(false), nil
-	case c == 'n':
+	case 'n':
 		p.i += len("null")
 		return ast.InternedNullTerm, nil
 	default:

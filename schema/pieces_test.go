@@ -2,6 +2,8 @@ package schema
 
 import (
 	"encoding/json"
+	"errors"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -87,10 +89,7 @@ func TestLayoutKeepsDependentPiecesTogether(t *testing.T) {
 		"unchanged": {apart: true, membersApart: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			changed := map[string][]byte{}
-			for f, b := range srcs {
-				changed[f] = b
-			}
+			changed := maps.Clone(srcs)
 			if tc.old != "" {
 				b := string(changed["sandboxpool.cue"])
 				if !strings.Contains(b, tc.old) {
@@ -209,7 +208,7 @@ func TestPiecesDefaultLikeTheWholeObject(t *testing.T) {
 }
 
 func fieldErrors(err error) []string {
-	ve, ok := err.(*ValidationError)
+	ve, ok := errors.AsType[*ValidationError](err)
 	if !ok {
 		return []string{err.Error()}
 	}
