@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -24,9 +25,23 @@ func inventory(n int) map[string]policy.PoolRef {
 	return pools
 }
 
+// statusWrite is policytest.StatusWrite as the node's request.
+func statusWrite(b *testing.B) *admissionv1.AdmissionRequest {
+	oldJSON, objJSON := policytest.StatusWrite(b)
+	var old, obj v1alpha1.SandboxPool
+	if err := json.Unmarshal(oldJSON, &old); err != nil {
+		b.Fatal(err)
+	}
+	if err := json.Unmarshal(objJSON, &obj); err != nil {
+		b.Fatal(err)
+	}
+	return updateStatus(b, kubelet(policytest.StatusWriteNode), &old, &obj)
+}
+
 // BenchmarkEvaluate measures one admission decision per request kind. The pool create
 // runs against an inventory of 1,000 pools (and 10,000: the design's scale, docs/design.md §5), since the
-// class-conflict rule scans it.
+// class-conflict rule scans it. pool-status-write is the agent's most common write as the
+// API server sends it (policytest.StatusWrite: a full status and its managedFields).
 func BenchmarkEvaluate(b *testing.B) {
 	ctx := context.Background()
 	statusUpdate := updateStatus(b, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
@@ -42,6 +57,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		{name: "pool-create", inventory: 1000, req: createPool(b, newPool("node-new"))},
 		{name: "pool-create-inventory-10k", inventory: 10000, req: createPool(b, newPool("node-new"))},
 		{name: "pool-status-update-by-node", inventory: 1000, req: statusUpdate},
+		{name: "pool-status-write", inventory: 1000, req: statusWrite(b)},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
 			e := policytest.NewEngine(b, policy.WithInventory(inventory(bm.inventory)))

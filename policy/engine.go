@@ -8,9 +8,7 @@
 package policy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -152,24 +150,6 @@ func (e *Engine) Evaluate(ctx context.Context, req *admissionv1.AdmissionRequest
 		return Decision{}, fmt.Errorf("evaluating %s: %w", DenyQuery, err)
 	}
 	return Decision{Allowed: len(violations) == 0, Violations: violations}, nil
-}
-
-// inputOf is {"request": req} as the JSON an AdmissionReview carries.
-func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
-	raw, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encoding admission request: %w", err)
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(raw) + len(`{"request":}`))
-	buf.WriteString(`{"request":`)
-	buf.Write(raw)
-	buf.WriteByte('}')
-	v, err := ast.ValueFromReader(&buf)
-	if err != nil {
-		return nil, fmt.Errorf("decoding admission request: %w", err)
-	}
-	return v, nil
 }
 
 func decode(rs rego.ResultSet) ([]Violation, error) {

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -10,6 +11,8 @@ import (
 
 	"cuelang.org/go/cue"
 	cuejson "cuelang.org/go/encoding/json"
+
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
 )
 
 // Part is a top-level member of an object that the API server lets an update change on
@@ -57,6 +60,9 @@ const requiredMissing = "field is required but not present"
 func (s *Schema) ValidateUpdate(kind Kind, old, obj []byte) error {
 	if !slices.Contains(Kinds, kind) {
 		return fmt.Errorf("unknown kind %q", kind)
+	}
+	if s.statusMembersValid(kind, old, obj) {
+		return nil
 	}
 	var o, n map[string]any
 	if err := json.Unmarshal(old, &o); err != nil {
@@ -370,4 +376,135 @@ func mapLists(v cue.Value, path []string, out map[string][]string, depth int) {
 	case cue.ListKind:
 		mapLists(v.LookupPath(cue.MakePath(cue.AnyIndex)), path, out, depth+1)
 	}
+}
+
+// statusMembersValid is the common update's fast path: it reports true when obj differs
+// from old in nothing but the metadata the API server writes and members of the status
+// that the layout evaluates apart (a status write), and every changed member is valid on
+// its own (each checked against its schema, the result cached by its content). Anything
+// else (a spec or metadata change, a violation, JSON it does not split) returns false,
+// and ValidateUpdate decides the update the long way, which gives the same answer for
+// the updates this one accepts.
+func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
+	l := s.layouts[kind]
+	if l.statusMembers == nil || !jsonraw.Valid(old) || !jsonraw.Valid(obj) {
+		return false
+	}
+	o, ok := jsonraw.Members(old)
+	if !ok {
+		return false
+	}
+	n, ok := jsonraw.Members(obj)
+	if !ok || len(o) != len(n) {
+		return false
+	}
+	oldBy := byKey(o)
+	var oldStatus, newStatus []byte
+	for _, m := range n {
+		ov, found := oldBy[m.Key]
+		switch {
+		case !found:
+			return false
+		case m.Key == string(PartStatus):
+			oldStatus, newStatus = ov, m.Value
+		case m.Key == string(PartMetadata):
+			if !sameMetadata(ov, m.Value) {
+				return false
+			}
+		case !bytes.Equal(ov, m.Value):
+			return false
+		}
+	}
+	if newStatus == nil {
+		return true
+	}
+	om, ok := jsonraw.Members(oldStatus)
+	if !ok {
+		return false
+	}
+	nm, ok := jsonraw.Members(newStatus)
+	if !ok {
+		return false
+	}
+	oldMembers := byKey(om)
+	var e *evaluator
+	defer func() {
+		if e != nil {
+			s.release(e)
+		}
+	}()
+	for _, m := range nm {
+		if !l.statusMembers[m.Key] {
+			return false
+		}
+		if ov, found := oldMembers[m.Key]; found && bytes.Equal(ov, m.Value) {
+			continue
+		}
+		key := "valid\x00" + string(kind) + "\x00status." + m.Key + "\x00" + string(m.Value)
+		r, hit := s.cache.get(key)
+		if !hit {
+			if e == nil {
+				var err error
+				if e, err = s.acquire(); err != nil {
+					return false
+				}
+			}
+			expr, err := cuejson.Extract(string(PartStatus)+".json", m.Value)
+			if err != nil {
+				return false
+			}
+			// Validate alone: it reports a missing required field whenever it reports
+			// nothing else, and any violation sends the update the long way.
+			r = result{}
+			if err := e.members[kind][m.Key].Unify(e.ctx.BuildExpr(expr)).Validate(cue.Concrete(true), cue.Final()); err != nil {
+				r.violations = violationsOf(err)
+			}
+			s.cache.put(key, r)
+		}
+		if len(r.violations) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sameMetadata reports whether two metadata objects hold the same members, as written,
+// but for the ones the API server writes itself (serverMetadata).
+func sameMetadata(old, obj []byte) bool {
+	if bytes.Equal(old, obj) {
+		return true
+	}
+	o, ok := jsonraw.Members(old)
+	if !ok {
+		return false
+	}
+	n, ok := jsonraw.Members(obj)
+	if !ok {
+		return false
+	}
+	oldBy := byKey(o)
+	count := 0
+	for _, m := range n {
+		if slices.Contains(serverMetadata, m.Key) {
+			continue
+		}
+		count++
+		if ov, found := oldBy[m.Key]; !found || !bytes.Equal(ov, m.Value) {
+			return false
+		}
+	}
+	for _, m := range o {
+		if !slices.Contains(serverMetadata, m.Key) {
+			count--
+		}
+	}
+	return count == 0
+}
+
+func byKey(ms []jsonraw.Member) map[string][]byte {
+	out := make(map[string][]byte, len(ms))
+	for _, m := range ms {
+		out[m.Key] = m.Value
+	}
+	return out
 }

@@ -1,11 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"time"
@@ -14,10 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
 )
 
 const (
@@ -70,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.malformed(w, http.StatusBadRequest, fmt.Errorf("content type %q is not application/json", r.Header.Get("Content-Type")))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxReviewBytes))
+	body, err := readBody(w, r)
 	if err != nil {
 		h.malformed(w, http.StatusBadRequest, fmt.Errorf("reading admission review: %w", err))
 		return
@@ -103,12 +105,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// readBody reads the review's body, at most MaxReviewBytes, into a buffer of the size the
+// request declares (io.ReadAll would grow it by doubling: twice the allocation).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= MaxReviewBytes {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxReviewBytes))
+	return buf.Bytes(), err
+}
+
 // decodeReview returns the request of an AdmissionReview v1, decoded case-sensitively as
 // the API server decodes.
 func decodeReview(body []byte) (*admissionv1.AdmissionRequest, error) {
-	var review admissionv1.AdmissionReview
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &review); err != nil {
-		return nil, fmt.Errorf("decoding admission review: %w", err)
+	review, ok := decodeObjectsApart(body)
+	if !ok {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &review); err != nil {
+			return nil, fmt.Errorf("decoding admission review: %w", err)
+		}
 	}
 	if review.APIVersion != reviewAPIVersion || review.Kind != reviewKind {
 		return nil, fmt.Errorf("decoding admission review: got apiVersion %q, kind %q; want %s %s",
@@ -121,6 +136,54 @@ func decodeReview(body []byte) (*admissionv1.AdmissionRequest, error) {
 		return nil, errors.New("decoding admission review: request.uid is empty")
 	}
 	return review.Request, nil
+}
+
+// decodeObjectsApart decodes a review as kjson does, but for the request's object and
+// oldObject, most of the body: they are only copied, as RawExtension would copy them, and
+// the decoder reads the rest. ok is false when the body is not a valid review it can cut
+// that way (then kjson decodes it, and reports what is wrong).
+func decodeObjectsApart(body []byte) (review admissionv1.AdmissionReview, ok bool) {
+	if !jsonraw.Valid(body) {
+		return review, false
+	}
+	top, ok := jsonraw.Members(body)
+	if !ok {
+		return review, false
+	}
+	var objects map[string][]byte
+	for i, m := range top {
+		if m.Key != "request" {
+			continue
+		}
+		req, ok := jsonraw.Members(m.Value)
+		if !ok {
+			return review, false
+		}
+		rest := req[:0:0]
+		objects = map[string][]byte{}
+		for _, r := range req {
+			if r.Key == "object" || r.Key == "oldObject" {
+				objects[r.Key] = r.Value
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		top[i].Value = jsonraw.Object(rest)
+	}
+	if objects == nil {
+		return review, false
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(jsonraw.Object(top), &review); err != nil || review.Request == nil {
+		return admissionv1.AdmissionReview{}, false
+	}
+	for key, ext := range map[string]*runtime.RawExtension{"object": &review.Request.Object, "oldObject": &review.Request.OldObject} {
+		if raw, found := objects[key]; found {
+			if err := ext.UnmarshalJSON(raw); err != nil {
+				return admissionv1.AdmissionReview{}, false
+			}
+		}
+	}
+	return review, true
 }
 
 // requestContext bounds the decision by the ?timeout= the API server adds to the URL.

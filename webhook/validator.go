@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema"
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -88,7 +89,7 @@ func (v *Validator) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	var old []byte
 	if req.Operation == admissionv1.Update {
-		if old, err = rawJSON(req.OldObject); err == nil && (old[0] != '{' || !json.Valid(old)) {
+		if old, err = rawJSON(req.OldObject); err == nil && (old[0] != '{' || !jsonraw.Valid(old)) {
 			err = errors.New("not a JSON object")
 		}
 		if err != nil {

@@ -112,7 +112,7 @@ func TestHollowNodes(t *testing.T) {
 // setUpCluster applies deploy/'s namespaces, RBAC, RuntimeClass and the controller's
 // FlowSchema, and creates the default service account the mirror pods need (no
 // controller-manager creates it).
-func setUpCluster(t *testing.T, cp *framework.ControlPlane) *env {
+func setUpCluster(t testing.TB, cp *framework.ControlPlane) *env {
 	t.Helper()
 	s, err := operator.Scheme()
 	if err != nil {
@@ -140,7 +140,7 @@ func setUpCluster(t *testing.T, cp *framework.ControlPlane) *env {
 }
 
 // startController runs the controller in this process as its service account.
-func startController(ctx context.Context, t *testing.T, e *env, leaseTTL time.Duration) {
+func startController(ctx context.Context, t testing.TB, e *env, leaseTTL time.Duration) {
 	t.Helper()
 	cfg, err := e.cp.AddUser(controllerUser, "system:serviceaccounts", "system:serviceaccounts:sandbox-pool-system", "system:authenticated")
 	if err != nil {
@@ -157,7 +157,7 @@ func startController(ctx context.Context, t *testing.T, e *env, leaseTTL time.Du
 }
 
 // shmDir is a scratch directory on tmpfs when there is one.
-func shmDir(t *testing.T) string {
+func shmDir(t testing.TB) string {
 	t.Helper()
 	base := ""
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {

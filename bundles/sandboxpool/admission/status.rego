@@ -74,7 +74,10 @@ changed_fields contains key if {
 	object.get(old_status, key, null) != object.get(new_status, key, null)
 }
 
+# Equal lists hold equal conditions of every type, so the types are compared only when the
+# lists differ (most writes leave the conditions alone).
 changed_conditions contains t if {
+	object.get(old_status, "conditions", []) != object.get(new_status, "conditions", [])
 	some t in condition_types
 	conditions(old_status, t) != conditions(new_status, t)
 }
@@ -140,12 +143,32 @@ deny contains violation.new(field, msg) if {
 	msg := sprintf("owned by the placeholder agent of node %s; the controller (caller %s) may not claim it (field manager %s)", [node, request.username, manager])
 }
 
-new_claims := claims(request.obj) - claims(request.old)
+# new_claims are the claims of request.obj that request.old does not record. An entry's
+# claims come from its manager and its fieldsV1 alone, so an entry whose manager and
+# fieldsV1 the stored object already holds records nothing new and is not read: a writer
+# that applies the same fields again changes only its entry's time.
+new_claims := {claim |
+	some mf in object.get(request.obj, ["metadata", "managedFields"], [])
+	not claim_source(mf) in old_claim_sources
+	some claim in entry_claims(mf)
+	not claim in old_claims
+}
+
+old_claims := claims(request.old)
+
+old_claim_sources := {claim_source(mf) | some mf in object.get(request.old, ["metadata", "managedFields"], [])}
+
+claim_source(mf) := [object.get(mf, "manager", null), object.get(mf, "fieldsV1", null)]
 
 # claims are the [field manager, status field] pairs the object's managedFields record, the
 # fields named as in the violations above.
-claims(obj) := {[mf.manager, field] |
+claims(obj) := {claim |
 	some mf in object.get(obj, ["metadata", "managedFields"], [])
+	some claim in entry_claims(mf)
+}
+
+# entry_claims are the claims of one managedFields entry.
+entry_claims(mf) := {[mf.manager, field] |
 	fields := object.get(mf, ["fieldsV1", "f:status"], {})
 	is_object(fields)
 	some field in status_fields(fields)
