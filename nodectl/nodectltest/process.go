@@ -2,6 +2,7 @@ package nodectltest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Packages of the binaries the helpers run.
@@ -44,13 +46,13 @@ func binary(t testing.TB, name string) string {
 			build.err = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), nodeCtlPackage, hogPackage)
 		// Build inside this module whatever the test's working directory.
+		b := support.GoBuild{Out: dir}
 		if _, file, _, ok := runtime.Caller(0); ok {
-			cmd.Dir = filepath.Dir(file)
+			b.Dir = filepath.Dir(file)
 		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build %s %s: %w\n%s", nodeCtlPackage, hogPackage, err, out)
+		if err := b.Run(context.Background(), nodeCtlPackage, hogPackage); err != nil {
+			build.err = err
 			return
 		}
 		build.dir = dir

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // TestAgentFigures measures the agent as its own process (cmd/placeholder-agent, the node's
@@ -27,7 +28,7 @@ func TestAgentFigures(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, "figures-node")
 	dir := t.TempDir()
-	bin, err := framework.BuildBinary(cp.Root, dir, "./cmd/placeholder-agent")
+	bin, err := support.BuildBinary(cp.Root, dir, "./cmd/placeholder-agent")
 	if err != nil {
 		t.Fatal(err)
 	}

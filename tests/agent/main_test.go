@@ -31,6 +31,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 var (
@@ -209,7 +210,7 @@ func getPool(t *testing.T, name string) *v1alpha1.SandboxPool {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
+	support.Eventually(t, what, within, 25*time.Millisecond, cond)
 }
 
 // nodeUser is the identity of node: kubelet's, which the agent shares.

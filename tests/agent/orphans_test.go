@@ -17,7 +17,7 @@ import (
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // writeManifest puts a manifest of a pool (name, UID) into dir, as an earlier agent would.
@@ -100,15 +100,15 @@ func TestOrphanCleanupAtStart(t *testing.T) {
 // TestHealthAndMetrics: /healthz, /readyz and /metrics on the agent's addresses.
 func TestHealthAndMetrics(t *testing.T) {
 	n := newNode(t, "health-node")
-	health, metrics := framework.FreeAddr(t), framework.FreeAddr(t)
+	health, metrics := support.FreeAddr(t), support.FreeAddr(t)
 	n.startAgent(func(o *agent.Options) { o.HealthzAddr, o.MetricsAddr = health, metrics })
 	eventually(t, "/healthz and /readyz answer 200", 20*time.Second, func() (bool, string) {
-		h, _ := framework.HTTPGet("http://" + health + "/healthz")
-		r, _ := framework.HTTPGet("http://" + health + "/readyz")
+		h, _ := support.HTTPGet("http://" + health + "/healthz")
+		r, _ := support.HTTPGet("http://" + health + "/readyz")
 		return h == http.StatusOK && r == http.StatusOK, fmt.Sprintf("healthz %d readyz %d", h, r)
 	})
 	eventually(t, "/metrics has the agent's metrics", 20*time.Second, func() (bool, string) {
-		code, body := framework.HTTPGet("http://" + metrics + "/metrics")
+		code, body := support.HTTPGet("http://" + metrics + "/metrics")
 		return code == http.StatusOK && strings.Contains(body, "sandboxpool_agent_nodectl_up 1"), fmt.Sprint(code)
 	})
 }

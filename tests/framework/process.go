@@ -17,18 +17,6 @@ import (
 	"time"
 )
 
-// BuildBinary builds the main package pkg (e.g. "./cmd/sandboxpool-controller", relative to
-// the repository root) into dir and returns the binary's path.
-func BuildBinary(root, dir, pkg string) (string, error) {
-	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return out, nil
-}
-
 // KubeconfigFor writes a kubeconfig authenticating as name in groups (a client certificate)
 // into dir and returns its path, for a component run as its own process.
 func (c *ControlPlane) KubeconfigFor(dir, name string, groups ...string) (string, error) {

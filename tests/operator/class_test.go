@@ -22,7 +22,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // newClass selects the nodes labelled selectorLabel=name.
@@ -66,7 +66,7 @@ func poolsOfClass(t *testing.T, class string) []v1alpha1.SandboxPool {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
+	support.Eventually(t, what, within, 25*time.Millisecond, cond)
 }
 
 // classEvents lists the events.k8s.io events about an object with the reason.

@@ -32,6 +32,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Settings of the hollow-node scale runs (make bench-scale), from the environment.
@@ -304,7 +305,7 @@ func usages(t *testing.T, pids map[string]int) map[string]framework.Usage {
 
 // startControllerProcess runs the sandboxpool-controller binary as its service account.
 func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *framework.Process {
-	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
+	bin, err := support.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // TestHollowNodes proves the hollow-node mode on a real API server with the real controller
@@ -61,7 +62,7 @@ func TestHollowNodes(t *testing.T) {
 	if err := e.admin.Create(ctx, newClass("hollow", "hollow", "500m", "256Mi")); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, "every pool Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	support.Eventually(t, "every pool Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
 		return ready == n, state
 	})
@@ -101,7 +102,7 @@ func TestHollowNodes(t *testing.T) {
 	for _, node := range stopped {
 		nodes.StopAgent(node)
 	}
-	took := framework.Eventually(t, "stopped agents' pools unhealthy", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	took := support.Eventually(t, "stopped agents' pools unhealthy", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		unhealthy := unhealthyPools(ctx, e)
 		return len(unhealthy) == len(stopped) && unhealthy[naming.PoolName(stopped[0])] && unhealthy[naming.PoolName(stopped[1])],
 			fmt.Sprintf("unhealthy: %v", unhealthy)
@@ -232,7 +233,7 @@ func TestHollowNodesCommand(t *testing.T) {
 	e := setUpCluster(t, cp)
 	ctx := context.Background()
 	startControllerProcess(t, e, 4*time.Second)
-	bin, err := framework.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
+	bin, err := support.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func TestHollowNodesCommand(t *testing.T) {
 	if err := e.admin.Create(ctx, newClass("cmd", "cmd", "250m", "128Mi")); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, "the command's five pools Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	support.Eventually(t, "the command's five pools Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
 		return ready == 5, state
 	})

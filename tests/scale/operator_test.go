@@ -26,6 +26,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // BenchEnv turns the scale runs on; they take minutes.
@@ -112,7 +113,7 @@ func measure(t *testing.T, n int) {
 	waitCount(t, e, 0, 2*time.Minute)
 
 	// 2. The controller, as its own process with its own identity and RBAC.
-	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
+	bin, err := support.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
 	if err != nil {
 		t.Fatal(err)
 	}

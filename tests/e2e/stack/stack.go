@@ -43,6 +43,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Timers are the components' timers. Tests shorten the ones of minutes.
@@ -249,11 +250,8 @@ func (s *Stack) build(ctx context.Context) error {
 		}
 		s.bin = filepath.Join(s.Opts.Dir, "bin")
 		s.Opts.Logf("building the node's binaries into %s", s.bin)
-		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-o", s.bin + "/"}, NodeBinaries...)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building the binaries: %w\n%s", err, out)
+		if err := (support.GoBuild{Dir: root, Out: s.bin, Static: true}).Run(ctx, NodeBinaries...); err != nil {
+			return fmt.Errorf("building the binaries: %w", err)
 		}
 	}
 	for _, pkg := range NodeBinaries {
@@ -281,7 +279,10 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 	if err := writeContainerdConfig(p); err != nil {
 		return err
 	}
-	s.kubeletReadOnly = freeAddr()
+	var err error
+	if s.kubeletReadOnly, err = support.PickFreeAddr(); err != nil {
+		return err
+	}
 	_, port, err := net.SplitHostPort(s.kubeletReadOnly)
 	if err != nil {
 		return err
@@ -315,11 +316,15 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 	if err := pointAt(proxyKC, "https://"+s.link.addr); err != nil {
 		return err
 	}
-	s.proxyHealthz = freeAddr()
+	if s.proxyHealthz, err = support.PickFreeAddr(); err != nil {
+		return err
+	}
 	if err := s.writeKubeProxyConfig(proxyKC, s.proxyHealthz); err != nil {
 		return err
 	}
-	s.agentHealthz = freeAddr()
+	if s.agentHealthz, err = support.PickFreeAddr(); err != nil {
+		return err
+	}
 	if err := s.installNode(ctx, kc); err != nil {
 		return err
 	}
@@ -635,16 +640,6 @@ func (s *Stack) Stop() error {
 		deleteLink(s.Network.Bridge)
 	})
 	return errors.Join(errs...)
-}
-
-// freeAddr returns a free 127.0.0.1 address.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("no free port: %v", err))
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // pollInterval is how often the stack's waits check their condition.

@@ -32,6 +32,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/shim/agentclient"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // ToolsEnv names the directory holding containerd, ctr, containerd-shim-runc-v2 and crictl.
@@ -94,12 +95,9 @@ func Build(ctx context.Context) (*Artifacts, error) {
 		return nil, err
 	}
 	a := &Artifacts{Bin: dir, PauseImage: filepath.Join(dir, "pause.tar")}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
-		"./cmd/containerd-shim-placeholder-v2", "./tests/shim/failpoint/cmd/containerd-shim-placeholder-fp-v2")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the shims: %w: %s", err, out)
+	if err := (support.GoBuild{Dir: root, Out: dir, Static: true}).Run(ctx,
+		"./cmd/containerd-shim-placeholder-v2", "./tests/shim/failpoint/cmd/containerd-shim-placeholder-fp-v2"); err != nil {
+		return nil, fmt.Errorf("building the shims: %w", err)
 	}
 	if err := image.Build(ctx, a.PauseImage); err != nil {
 		return nil, err
