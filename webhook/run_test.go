@@ -23,6 +23,7 @@ import (
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // fakeAPIServer serves just enough of the Kubernetes API for a SandboxPool informer:
@@ -114,11 +115,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	existing := v1alpha1.SandboxPool{
-		TypeMeta:   metav1.TypeMeta{Kind: v1alpha1.KindSandboxPool, APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version},
-		ObjectMeta: metav1.ObjectMeta{Name: "placeholder-node-a", ResourceVersion: "5"},
-		Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "default"}, NodeName: "node-a"},
-	}
+	existing := *wrappers.MakePool("node-a").Class("default").ResourceVersion("5").Obj()
 	listed := make(chan struct{})
 	api := gatedAPIServer(t, listed, existing)
 	certDir := t.TempDir()

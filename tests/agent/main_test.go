@@ -17,7 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,10 +27,10 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
-	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 var (
@@ -176,26 +175,13 @@ func (n *testNode) stopAgent() {
 func syncedPool(t *testing.T, n *testNode) *v1alpha1.SandboxPool {
 	t.Helper()
 	ctx := context.Background()
-	pool := newPool(n.name, "500m", "64Mi")
+	pool := wrappers.MakePool(n.name).Class("c1").Resources("500m", "64Mi").RuntimeClass("placeholder").Obj()
 	if err := admin.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
 	synced(t, n, pool.Name, "64Mi")
 	return pool
-}
-
-func newPool(node, cpu, mem string) *v1alpha1.SandboxPool {
-	return &v1alpha1.SandboxPool{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(node)},
-		Spec: v1alpha1.SandboxPoolSpec{
-			ClassRef: v1alpha1.ClassRef{Name: "c1"}, NodeName: node,
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
-			}},
-			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"},
-		},
-	}
 }
 
 func getPool(t *testing.T, name string) *v1alpha1.SandboxPool {

@@ -24,6 +24,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 const (
@@ -52,21 +53,11 @@ func eventually(t testing.TB, what string, within time.Duration, cond func() (bo
 	}
 }
 
-func resources(cpu, memory string) corev1.ResourceList {
-	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
-}
-
 // newClass is the suite's class: the e2e node's label, the given resources, the priority
 // of system-node-critical (a PriorityClass, so the mirror pod passes the Priority plugin).
 func newClass(res corev1.ResourceList) *v1alpha1.SandboxPoolClass {
-	return &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{nodeLabelKey: nodeLabelValue}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: res},
-			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{PriorityClassName: "system-node-critical"},
-		},
-	}
+	return wrappers.MakeClass(className).Selector(nodeLabelKey, nodeLabelValue).ResourceList(res).
+		PriorityClass("system-node-critical").Obj()
 }
 
 // ensureClass makes sure the suite's class exists with the base resources and its pool is
@@ -78,7 +69,7 @@ func ensureClass(t *testing.T) {
 	err := k8s.Get(ctx, types.NamespacedName{Name: className}, &c)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := k8s.Create(ctx, newClass(resources(baseCPU, baseMemory))); err != nil {
+		if err := k8s.Create(ctx, newClass(wrappers.Resources(baseCPU, baseMemory))); err != nil {
 			t.Fatal(err)
 		}
 	case err != nil:
@@ -88,7 +79,7 @@ func ensureClass(t *testing.T) {
 		ensureClass(t)
 		return
 	default:
-		setClassResources(t, resources(baseCPU, baseMemory))
+		setClassResources(t, wrappers.Resources(baseCPU, baseMemory))
 	}
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 }

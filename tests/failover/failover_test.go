@@ -16,7 +16,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +25,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 const controllerUser = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
@@ -150,15 +150,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 
 	createNodes(t, 0, 10)
-	class := &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "ha"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "ha"}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi"),
-			}},
-		},
-	}
+	class := wrappers.MakeClass("ha").Selector("pool", "ha").Resources("1", "1Gi").Obj()
 	if err := admin.Create(ctx, class); err != nil {
 		t.Fatal(err)
 	}

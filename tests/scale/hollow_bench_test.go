@@ -33,6 +33,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // Settings of the hollow-node scale runs (make bench-scale), from the environment.
@@ -197,11 +198,7 @@ func runHollowSize(t *testing.T, n int, largest bool, kcm string) *scaleResult {
 	// 1a. The physical limit: a plain, unthrottled create loop of the N pools, then removed.
 	start = time.Now()
 	if err := hollow.Parallel(n, loopWorkers, func(i int) error {
-		return e.admin.Create(ctx, &v1alpha1.SandboxPool{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(names[i])},
-			Spec: v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "plain"}, NodeName: names[i],
-				ResourcePolicy: policyOf("1", "1Gi")},
-		})
+		return e.admin.Create(ctx, wrappers.MakePool(names[i]).Class("plain").Resources("1", "1Gi").Obj())
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +379,7 @@ func classFanout(t *testing.T, ctx context.Context, e *env, n int, limit time.Du
 	defer stopWatch()
 	events := watchAll(t, wctx, e.admin, func() client.ObjectList { return &v1alpha1.SandboxPoolList{} })
 	start := time.Now()
-	if err := e.admin.Create(ctx, newClass("scale", "scale", "1", "1Gi")); err != nil {
+	if err := e.admin.Create(ctx, wrappers.MakeClass("scale").Selector("pool", "scale").Resources("1", "1Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
 	seen, isReady := map[string]bool{}, map[string]bool{}

@@ -14,7 +14,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +26,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // BenchEnv turns the scale runs on; they take minutes.
@@ -95,14 +95,9 @@ func measure(t *testing.T, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}
 	began := time.Now()
 	if err := hollow.Parallel(n, loopWorkers, func(i int) error {
-		return loop.Create(ctx, &v1alpha1.SandboxPool{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(nodeName(i))},
-			Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "plain"}, NodeName: nodeName(i), ResourcePolicy: policy},
-		})
+		return loop.Create(ctx, wrappers.MakePool(nodeName(i)).Class("plain").Resources("1", "1Gi").Obj())
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +128,7 @@ func measure(t *testing.T, n int) {
 	}
 	defer w.Stop()
 	before := sample(t, proc.Pid())
-	class := &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "scale"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"pool": "scale"}},
-			ResourcePolicy: policy,
-		},
-	}
+	class := wrappers.MakeClass("scale").Selector("pool", "scale").Resources("1", "1Gi").Obj()
 	began = time.Now()
 	if err := e.admin.Create(ctx, class); err != nil {
 		t.Fatal(err)
