@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // BenchmarkStatusPatchThroughAPIServer measures what a node's status write pays for the
@@ -77,13 +79,8 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 // webhook: another node's write to the bench pool is denied only while it is registered.
 func waitWebhook(b *testing.B, other dynamic.Interface, present bool) {
 	b.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	support.Eventually(b, fmt.Sprintf("webhook present=%v", present), 30*time.Second, 20*time.Millisecond, func() (bool, string) {
 		err := mergeStatus(other, poolName("bench-node"), `{"status":{"poolInfo":{"zone":"probe"}}}`)
-		if (err != nil) == present {
-			return
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-	b.Fatalf("webhook present=%v not observed within 30s", present)
+		return (err != nil) == present, fmt.Sprintf("another node's write: %v", err)
+	})
 }

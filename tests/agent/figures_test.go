@@ -47,16 +47,10 @@ func TestAgentFigures(t *testing.T) {
 	const runs = 50
 	// waitFor polls the pool's manifests until ok holds of one of them.
 	waitFor := func(what string, ok func(f manifest.File) bool) time.Duration {
-		began := time.Now()
-		for deadline := began.Add(30 * time.Second); ; {
-			if slices.ContainsFunc(pieceFiles(n, pool.Name), ok) {
-				return time.Since(began)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 30 s", what)
-			}
-			time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
-		}
+		return support.Eventually(t, what, 30*time.Second, time.Millisecond, func() (bool, string) {
+			files := pieceFiles(n, pool.Name)
+			return slices.ContainsFunc(files, ok), fmt.Sprintf("piece files %+v", files)
+		})
 	}
 	var specToFile, restore []time.Duration
 	for i := range runs {

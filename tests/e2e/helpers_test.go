@@ -24,6 +24,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -40,17 +41,7 @@ var poolName = naming.PoolName(nodeName)
 // eventually polls cond until it holds, failing t with the last state when within passes.
 func eventually(t testing.TB, what string, within time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
-	t0 := time.Now()
-	for {
-		ok, state := cond()
-		if ok {
-			return time.Since(t0)
-		}
-		if time.Since(t0) > within {
-			t.Fatalf("%s: not within %s; last state: %s", what, within, state)
-		}
-		time.Sleep(pollInterval)
-	}
+	return support.Eventually(t, what, within, pollInterval, cond)
 }
 
 // newClass is the suite's class: the e2e node's label, the given resources, the priority

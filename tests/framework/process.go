@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // KubeconfigFor writes a kubeconfig authenticating as name in groups (a client certificate)
@@ -117,11 +119,10 @@ func (c *ControlPlane) KillAPIServer() (restart func() error, err error) {
 	if err := proc.Kill(); err != nil {
 		return nil, fmt.Errorf("killing kube-apiserver %d: %w", pid, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("kube-apiserver %d still alive 30 s after SIGKILL", pid)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, bounded by the deadline
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return syscall.Kill(pid, 0) != nil, nil
+	}); err != nil {
+		return nil, fmt.Errorf("kube-apiserver %d still alive 30 s after SIGKILL: %w", pid, err)
 	}
 	return func() error {
 		next := exec.Command(argv[0], argv[1:]...)
@@ -130,16 +131,14 @@ func (c *ControlPlane) KillAPIServer() (restart func() error, err error) {
 		}
 		go func() { _ = next.Wait() }()
 		c.restarted = append(c.restarted, next.Process)
-		deadline := time.Now().Add(time.Minute)
-		for {
-			if _, _, err := c.Kubectl(context.Background(), nil, "get", "--raw", "/readyz"); err == nil {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("kube-apiserver not ready a minute after restart")
-			}
-			time.Sleep(200 * time.Millisecond) // poll interval, bounded by the deadline
+		var last error
+		if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, _, last = c.Kubectl(ctx, nil, "get", "--raw", "/readyz")
+			return last == nil, nil
+		}); err != nil {
+			return fmt.Errorf("kube-apiserver not ready a minute after restart: %w (last: %v)", err, last)
 		}
+		return nil
 	}, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -81,18 +82,13 @@ func renewLeaseAs(t *testing.T, pool, holder string) {
 // waitFor polls the pool until cond holds or the deadline passes.
 func waitFor(t *testing.T, name, what string, within time.Duration, cond func(*v1alpha1.SandboxPool) bool) *v1alpha1.SandboxPool {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var p v1alpha1.SandboxPool
-	for {
-		if err := admin.Get(context.Background(), types.NamespacedName{Name: name}, &p); err == nil && cond(&p) {
-			return &p
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(p.Status, "", "  ")
-			t.Fatalf("%s: not within %s; status:\n%s", what, within, b)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+	support.Eventually(t, what, within, 20*time.Millisecond, func() (bool, string) {
+		err := admin.Get(context.Background(), types.NamespacedName{Name: name}, &p)
+		b, _ := json.MarshalIndent(p.Status, "", "  ")
+		return err == nil && cond(&p), fmt.Sprintf("get: %v; status:\n%s", err, b)
+	})
+	return &p
 }
 
 func phaseIs(ph v1alpha1.SandboxPoolPhase, condType string, status metav1.ConditionStatus, reason string) func(*v1alpha1.SandboxPool) bool {

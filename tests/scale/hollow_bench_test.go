@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -508,11 +509,11 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 		watched[node] = true
 	}
 	snap, applied, status = limit, limit, limit
-	deadline := start.Add(limit)
-	for time.Now().Before(deadline) {
+	// A figure not reached within limit stays limit: the poll's timeout is not a failure.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, limit-time.Since(start), true, func(ctx context.Context) (bool, error) {
 		var pools v1alpha1.SandboxPoolList
 		if err := e.admin.List(ctx, &pools); err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		snaps, stats := 0, 0
 		for _, p := range pools.Items {
@@ -543,10 +544,10 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 		if stats == len(names) && status == limit {
 			status = now
 		}
-		if status < limit && applied < limit && snap < limit {
-			break
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval, bounded by the deadline
+		return status < limit && applied < limit && snap < limit, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		t.Fatal(err)
 	}
 	if status == limit {
 		var pools v1alpha1.SandboxPoolList

@@ -165,27 +165,22 @@ func measure(t *testing.T, n int) {
 }
 
 func waitCount(t *testing.T, e *env, want int, within time.Duration) {
-	deadline := time.Now().Add(within)
-	for {
+	t.Helper()
+	support.Eventually(t, fmt.Sprintf("pool count reaches %d", want), within, 200*time.Millisecond, func() (bool, string) {
 		var l metav1.PartialObjectMetadataList
 		l.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolList"))
-		if err := e.admin.List(context.Background(), &l); err == nil && len(l.Items) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool count did not reach %d within %s", want, within)
-		}
-		time.Sleep(200 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+		err := e.admin.List(context.Background(), &l)
+		return err == nil && len(l.Items) == want, fmt.Sprintf("%d pools (list: %v)", len(l.Items), err)
+	})
 }
 
 // waitSettled waits until the class counts every pool and no pool lacks a phase.
 func waitSettled(t *testing.T, e *env, n int) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	t.Helper()
+	support.Eventually(t, "every pool phased and counted", 5*time.Minute, 500*time.Millisecond, func() (bool, string) {
 		var pools v1alpha1.SandboxPoolList
 		if err := e.admin.List(context.Background(), &pools); err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
 		phased := 0
 		for _, p := range pools.Items {
@@ -195,14 +190,9 @@ func waitSettled(t *testing.T, e *env, n int) {
 		}
 		var c v1alpha1.SandboxPoolClass
 		_ = e.admin.Get(context.Background(), types.NamespacedName{Name: "scale"}, &c)
-		if phased == n && c.Status.TotalSandboxPools == int32(n) && c.Status.NotReadySandboxPools == int32(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled: %d of %d pools have a phase; class %+v", phased, n, c.Status)
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+		return phased == n && c.Status.TotalSandboxPools == int32(n) && c.Status.NotReadySandboxPools == int32(n),
+			fmt.Sprintf("%d of %d pools have a phase; class %+v", phased, n, c.Status)
+	})
 }
 
 // phaseLag flips the agent's PlaceholderPodReady condition on k pools (with fresh Leases) and

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -14,7 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentcube/sandboxpool/hack/pause/image"
@@ -320,21 +323,23 @@ func removeCgroup(path string) error {
 	return errors.Join(errs...)
 }
 
+// rmdirCgroup kills what still runs in the cgroup dir and removes it, trying for 5 s (the
+// kernel removes a cgroup only once its last process is gone).
 func rmdirCgroup(dir string) error {
 	var err error
-	for range 50 {
+	if wait.PollUntilContextTimeout(context.Background(), pollInterval, 5*time.Second, true, func(context.Context) (bool, error) {
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		for f := range strings.FieldsSeq(string(b)) {
 			if pid, perr := strconv.Atoi(f); perr == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		if err = syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
-			return nil
-		}
-		sleepPoll()
+		err = syscall.Rmdir(dir)
+		return err == nil || errors.Is(err, syscall.ENOENT), nil
+	}) != nil {
+		return fmt.Errorf("removing cgroup %s: %w", dir, err)
 	}
-	return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	return nil
 }
 
 // unmountAll detaches everything mounted below dir — container root file systems, network

@@ -33,6 +33,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -645,29 +646,28 @@ func (s *Stack) Stop() error {
 // pollInterval is how often the stack's waits check their condition.
 const pollInterval = 100 * time.Millisecond
 
-func sleepPoll() { time.Sleep(pollInterval) }
-
 // waitFor polls cond until it holds, failing when p exits first or timeout passes.
 func waitFor(ctx context.Context, p *Proc, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(context.Context) (bool, error) {
+		if cond() {
+			return true, nil
+		}
 		if p != nil && !p.Running() {
-			return fmt.Errorf("%s exited; its log ends:\n%s", p.Name, p.Tail(30))
+			return false, fmt.Errorf("%s exited; its log ends:\n%s", p.Name, p.Tail(30))
 		}
-		if time.Now().After(deadline) {
-			msg := fmt.Sprintf("not within %s", timeout)
-			if p != nil {
-				msg += fmt.Sprintf("; the log of %s ends:\n%s", p.Name, p.Tail(30))
-			}
-			return errors.New(msg)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pollInterval):
-		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case wait.Interrupted(err) && ctx.Err() == nil && p != nil:
+		return fmt.Errorf("not within %s; the log of %s ends:\n%s", timeout, p.Name, p.Tail(30))
+	case wait.Interrupted(err) && ctx.Err() == nil:
+		return fmt.Errorf("not within %s", timeout)
+	case wait.Interrupted(err):
+		return ctx.Err()
 	}
-	return nil
+	return err
 }
 
 // waitHTTP waits until url answers 200.

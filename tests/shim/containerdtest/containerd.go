@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -460,20 +459,9 @@ func MemoryOf(pid int) (Memory, error) {
 
 // poll checks cond every 20 ms until it holds, until the deadline, or until stop closes.
 func poll(timeout time.Duration, stop <-chan struct{}, cond func() bool) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("not within %s", timeout)
-		case <-stop:
-			return errors.New("the process exited")
-		case <-tick.C:
-		}
-	}
-	return nil
+	return support.Poll(context.Background(), 20*time.Millisecond, timeout, stop, func() (bool, string, error) {
+		return cond(), "", nil
+	})
 }
 
 // Poll is poll for tests: it fails t with what when cond does not hold within timeout.
