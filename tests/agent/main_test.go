@@ -9,7 +9,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,20 +36,10 @@ var (
 	suite  framework.Suite
 	scheme *runtime.Scheme
 	admin  client.Client
-	// auditLog records every write request the API server serves.
-	auditLog string
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandboxpool-agent-audit-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	auditLog = filepath.Join(dir, "audit.log")
-	code := framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithNodeRestriction(), framework.WithAuditLog(auditLog))
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithNodeRestriction(), framework.WithAuditLog()))
 }
 
 func setUp(ctx context.Context, cp *framework.ControlPlane) error {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -80,7 +81,7 @@ func TestFigures(t *testing.T) {
 	}
 	for i := range 5 {
 		for _, r := range runs {
-			old := requestsOf(mirrorPods(t)...)
+			old := support.Requests(mirrorPods(t)...)
 			w := watchLock(t, old, r.to)
 			t0 := time.Now()
 			if strings.HasPrefix(r.name, "template") {
@@ -109,7 +110,7 @@ func TestFigures(t *testing.T) {
 			if to.Cpu().Cmp(resource.MustParse(baseCPU)) == 0 {
 				name = "scale up 400m → 500m cpu, into the room the scale-down freed"
 			}
-			w := watchLock(t, requestsOf(mirrorPods(t)...), to)
+			w := watchLock(t, support.Requests(mirrorPods(t)...), to)
 			t0 := time.Now()
 			setClassResources(t, to)
 			waitSynced(t, to.Cpu().String(), baseMemory, time.Minute)

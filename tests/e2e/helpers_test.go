@@ -195,25 +195,6 @@ func manifestState() map[string]string {
 	return out
 }
 
-// requestsOf sums the containers' requests of pods.
-func requestsOf(pods ...corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, p := range pods {
-		for _, c := range p.Spec.Containers {
-			addList(out, c.Resources.Requests)
-		}
-	}
-	return out
-}
-
-func addList(to, l corev1.ResourceList) {
-	for k, v := range l {
-		q := to[k]
-		q.Add(v)
-		to[k] = q
-	}
-}
-
 func condOf(p *v1alpha1.SandboxPool, typ string) *metav1.Condition {
 	return meta.FindStatusCondition(p.Status.Conditions, typ)
 }
@@ -276,7 +257,7 @@ func waitSynced(t testing.TB, cpu, memory string, within time.Duration) time.Dur
 		if p == nil || st == nil || len(pods) == 0 {
 			return false, fmt.Sprintf("pool %v, node-ctl state %v, mirror pods %d; %s", p != nil, st != nil, len(pods), describe(p))
 		}
-		req := requestsOf(pods...)
+		req := support.Requests(pods...)
 		ready := true
 		for i := range pods {
 			ready = ready && podReady(&pods[i])
@@ -396,24 +377,13 @@ func allocated(t testing.TB) corev1.ResourceList {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := corev1.ResourceList{}
-	add := func(l corev1.ResourceList) {
-		for k, v := range l {
-			q := out[k]
-			q.Add(v)
-			out[k] = q
-		}
-	}
+	var live []corev1.Pod
 	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			live = append(live, p)
 		}
-		for _, c := range p.Spec.Containers {
-			add(c.Resources.Requests)
-		}
-		add(p.Spec.Overhead)
 	}
-	return out
+	return support.Requests(live...)
 }
 
 // eventsFor lists the events (events.k8s.io) about the object named name.

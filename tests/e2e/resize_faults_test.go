@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/e2e/stack"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -152,8 +153,8 @@ func TestWebhookDownDuringResize(t *testing.T) {
 		for i := range pods {
 			ready = ready && podReady(&pods[i])
 		}
-		return ready && equalLists(requestsOf(pods...), up) && equalLists(applied, up),
-			fmt.Sprintf("%d mirror pods requesting %v (ready %v), node-ctl %v", len(pods), requestsOf(pods...), ready, applied)
+		return ready && equalLists(support.Requests(pods...), up) && equalLists(applied, up),
+			fmt.Sprintf("%d mirror pods requesting %v (ready %v), node-ctl %v", len(pods), support.Requests(pods...), ready, applied)
 	})
 	t.Logf("webhook down: the lock and node-ctl reached the new size %s after it stopped; the pool shows %s",
 		time.Since(t0).Round(time.Millisecond), describe(getPool(t)))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -102,7 +103,7 @@ func TestResize(t *testing.T) {
 			condIs(p, v1alpha1.ConditionResizeDeferred.String(), metav1.ConditionTrue)
 	})
 	t.Logf("deferred: %q", getPool(t).Status.Resize.DeferredReason)
-	if got := requestsOf(mirrorPods(t)...); got.Memory().String() != "160Mi" {
+	if got := support.Requests(mirrorPods(t)...); got.Memory().String() != "160Mi" {
 		t.Errorf("the deferred downscale changed the lock: %v", got)
 	}
 	eventually(t, "a Warning event once deferred for longer than 3 s", 30*time.Second, func() (bool, string) {

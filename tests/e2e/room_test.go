@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -164,7 +165,7 @@ func holdsOldLock(t testing.TB, want corev1.ResourceList) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := requestsOf(pods...)
+	got := support.Requests(pods...)
 	node := allocated(t)
 	ok := len(pods) == 1 && podReady(&pods[0]) && equalLists(got, want) && equalLists(kl, want) &&
 		node.Cpu().Cmp(want[corev1.ResourceCPU]) >= 0 && node.Memory().Cmp(want[corev1.ResourceMemory]) >= 0

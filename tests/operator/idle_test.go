@@ -80,7 +80,7 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	renewals.Wait()
 	count := <-renewed
 
-	events, err := framework.AuditEvents(auditLog, from, to)
+	events, err := framework.AuditEvents(suite.CP.AuditLog(), from, to)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
-	"github.com/agentcube/sandboxpool/hack/pause/image"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
 
@@ -164,32 +163,10 @@ func writeContainerdConfig(p nodePaths) error {
 	if err := os.MkdirAll(p.containerd, 0o755); err != nil {
 		return err
 	}
-	config := fmt.Sprintf(`version = 4
-root = '%[1]s/root'
-state = '%[1]s/state'
-imports = ['%[2]s/*.toml']
-
-[plugins]
-  [plugins.'io.containerd.server.v1.grpc']
-    address = '%[3]s'
-  [plugins.'io.containerd.server.v1.ttrpc']
-    address = '%[3]s.ttrpc'
-  [plugins.'io.containerd.internal.v1.opt']
-    path = '%[1]s/opt'
-  [plugins.'io.containerd.nri.v1.nri']
-    disable = true
-  [plugins.'io.containerd.shim.v1.manager']
-    socket_dir = '%[1]s/s'
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = '%[4]s'
-  [plugins.'io.containerd.cri.v1.runtime']
-    # This VM lacks CAP_SYS_RESOURCE: every runc sandbox fails without it.
-    restrict_oom_score_adj = true
-    netns_mounts_under_state_dir = true
-    [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ['%[5]s']
-      conf_dir = '%[6]s'
-`, p.containerd, p.containerdConfD, p.socket, image.Name, CNIBinDir, p.cniConf)
+	config := containerdtest.Config(containerdtest.ConfigOptions{
+		Dir: p.containerd, Address: p.socket, Imports: []string{p.containerdConfD + "/*.toml"},
+		CNIBinDir: CNIBinDir, CNIConfDir: p.cniConf,
+	})
 	return os.WriteFile(filepath.Join(p.containerd, "config.toml"), []byte(config), 0o644)
 }
 

@@ -179,20 +179,45 @@ func (c *Containerd) writeConfig() error {
 	if err := os.WriteFile(dropInPath, dropIn, 0o644); err != nil {
 		return err
 	}
-	d := c.Dir
-	config := fmt.Sprintf(`version = 4
-root = '%[1]s/root'
-state = '%[1]s/state'
-imports = ['%[2]s']
+	config := Config(ConfigOptions{Dir: c.Dir, Address: c.Address, Imports: []string{dropInPath}, LogLevel: c.opts.LogLevel})
+	return os.WriteFile(filepath.Join(c.Dir, "config.toml"), []byte(config), 0o644)
+}
 
-[debug]
-  level = '%[3]s'
+// ConfigOptions configure Config.
+type ConfigOptions struct {
+	// Dir holds containerd's root, state, opt and shim socket directories.
+	Dir string
+	// Address is the GRPC socket (the TTRPC one is Address.ttrpc).
+	Address string
+	// Imports are the drop-ins (paths or globs) containerd imports.
+	Imports []string
+	// LogLevel is containerd's log level; containerd's default when empty.
+	LogLevel string
+	// CNIBinDir and CNIConfDir, when set, configure CRI's CNI plugins, with the network
+	// namespaces mounted below the state directory.
+	CNIBinDir, CNIConfDir string
+}
 
+// Config is a containerd configuration for a test's own containerd on this host: its own
+// paths, NRI off, the local pause image pinned as CRI's sandbox image, and
+// restrict_oom_score_adj (the test VMs lack CAP_SYS_RESOURCE, without which every runc
+// sandbox fails).
+func Config(o ConfigOptions) string {
+	var b strings.Builder
+	imports := make([]string, len(o.Imports))
+	for i, imp := range o.Imports {
+		imports[i] = "'" + imp + "'"
+	}
+	fmt.Fprintf(&b, "version = 4\nroot = '%[1]s/root'\nstate = '%[1]s/state'\nimports = [%[2]s]\n", o.Dir, strings.Join(imports, ", "))
+	if o.LogLevel != "" {
+		fmt.Fprintf(&b, "\n[debug]\n  level = '%s'\n", o.LogLevel)
+	}
+	fmt.Fprintf(&b, `
 [plugins]
   [plugins.'io.containerd.server.v1.grpc']
-    address = '%[1]s/c.sock'
+    address = '%[2]s'
   [plugins.'io.containerd.server.v1.ttrpc']
-    address = '%[1]s/c.sock.ttrpc'
+    address = '%[2]s.ttrpc'
   [plugins.'io.containerd.internal.v1.opt']
     path = '%[1]s/opt'
   [plugins.'io.containerd.nri.v1.nri']
@@ -200,12 +225,18 @@ imports = ['%[2]s']
   [plugins.'io.containerd.shim.v1.manager']
     socket_dir = '%[1]s/s'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = '%[4]s'
+    sandbox = '%[3]s'
   [plugins.'io.containerd.cri.v1.runtime']
-    # This VM lacks CAP_SYS_RESOURCE: runc sandboxes (the comparison figures) need it.
     restrict_oom_score_adj = true
-`, d, dropInPath, c.opts.LogLevel, image.Name)
-	return os.WriteFile(filepath.Join(d, "config.toml"), []byte(config), 0o644)
+`, o.Dir, o.Address, image.Name)
+	if o.CNIBinDir != "" {
+		fmt.Fprintf(&b, `    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['%s']
+      conf_dir = '%s'
+`, o.CNIBinDir, o.CNIConfDir)
+	}
+	return b.String()
 }
 
 // DropIn is the containerd drop-in users install (deploy/containerd/placeholder.toml) with
