@@ -37,7 +37,7 @@ func TestAgentFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := n.options()
-	proc := framework.StartProcess(t, "placeholder-agent", bin, "--kubeconfig", kc, "--node-name", n.name,
+	proc := support.StartProcess(t, "placeholder-agent", bin, "--kubeconfig", kc, "--node-name", n.name,
 		"--manifest-dir", o.ManifestDir, "--pause-image", o.PauseImage, "--node-ctl-socket", o.NodeCtlSocket,
 		"--node-ctl-config", o.NodeCtlConfig, "--node-ctl-restart-command=", "--node-ctl-stop-command=",
 		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0", "--lease-kubeconfig", o.LeaseKubeconfig)

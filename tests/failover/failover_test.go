@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,13 +64,13 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 }
 
 type replica struct {
-	*framework.Process
+	*support.Proc
 	probe, metrics string
 }
 
 func startReplica(t *testing.T, name string) replica {
 	r := replica{probe: support.FreeAddr(t), metrics: support.FreeAddr(t)}
-	r.Process = framework.StartProcess(t, name, binary, "--kubeconfig", kubeconfig,
+	r.Proc = support.StartProcess(t, name, binary, "--kubeconfig", kubeconfig,
 		"--leader-elect", "--leader-lease-duration=4s", "--leader-renew-deadline=3s", "--leader-retry-period=500ms",
 		"--health-probe-bind-address", r.probe, "--metrics-bind-address", r.metrics, "--zap-devel")
 	return r
@@ -170,7 +169,7 @@ func TestLeaderFailover(t *testing.T) {
 	if strings.Contains(mb, `class="ha"`) {
 		leader, follower = b, a
 	}
-	if err := leader.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
+	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()

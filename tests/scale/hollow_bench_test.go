@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -302,7 +301,7 @@ func usages(t *testing.T, pids map[string]int) map[string]framework.Usage {
 }
 
 // startControllerProcess runs the sandboxpool-controller binary as its service account.
-func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *framework.Process {
+func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *support.Proc {
 	bin, err := support.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +310,7 @@ func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *framework.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return framework.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
+	return support.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--lease-ttl="+ttl.String(),
 		fmt.Sprintf("--kube-api-qps=%d", benchQPS), fmt.Sprintf("--kube-api-burst=%d", benchBurst))
 }
@@ -333,10 +332,10 @@ func daemonSetFanout(t *testing.T, ctx context.Context, e *env, kcm string, n in
 	if _, stderr, err := e.cp.Kubectl(ctx, nil, "create", "serviceaccount", "default", "-n", dsNamespace); err != nil {
 		t.Fatalf("service account: %v: %s", err, stderr)
 	}
-	proc := framework.StartProcess(t, "kube-controller-manager", kcm, "--kubeconfig", kc, "--controllers=daemonset",
+	proc := support.StartProcess(t, "kube-controller-manager", kcm, "--kubeconfig", kc, "--controllers=daemonset",
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
 		fmt.Sprintf("--kube-api-qps=%d", benchQPS), fmt.Sprintf("--kube-api-burst=%d", benchBurst))
-	defer func() { _ = proc.Stop(syscall.SIGTERM, 15*time.Second) }()
+	defer func() { _ = proc.Stop(15 * time.Second) }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	events := watchAll(t, wctx, e.admin, func() client.ObjectList { return &corev1.PodList{} }, client.InNamespace(dsNamespace))

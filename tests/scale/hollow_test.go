@@ -225,7 +225,7 @@ func TestHollowNodesCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.StartProcess(t, "hollow-nodes", bin, "--kubeconfig", kc, "--nodes=5", "--node-prefix=cmd",
+	support.StartProcess(t, "hollow-nodes", bin, "--kubeconfig", kc, "--nodes=5", "--node-prefix=cmd",
 		"--node-label=pool=cmd", "--lease-renew-interval=1s", "--lease-ttl=4s", "--dir", shmDir(t), "--churn=30")
 	if err := e.admin.Create(ctx, wrappers.MakeClass("cmd").Selector("pool", "cmd").Resources("250m", "128Mi").Obj()); err != nil {
 		t.Fatal(err)

@@ -116,7 +116,7 @@ func measure(t *testing.T, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc := framework.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
+	proc := support.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		fmt.Sprintf("--kube-api-qps=%d", clientQPS), fmt.Sprintf("--kube-api-burst=%d", clientBurst))
 	// Let it start and sync its caches (N nodes) before the clock starts.

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/support"
 )
 
@@ -46,10 +44,10 @@ func webhookUnderLoad(t *testing.T, ctx context.Context, e *env, node string, wi
 		t.Fatal(err)
 	}
 	health := support.FreeAddr(t)
-	proc := framework.StartProcess(t, "webhook", bin, "--kubeconfig", kc,
+	proc := support.StartProcess(t, "webhook", bin, "--kubeconfig", kc,
 		"--addr", net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)), "--cert-dir", wo.LocalServingCertDir,
 		"--metrics-addr", support.FreeAddr(t), "--health-addr", health, "--controller-usernames", controllerUser)
-	defer func() { _ = proc.Stop(syscall.SIGTERM, 15*time.Second) }()
+	defer func() { _ = proc.Stop(15 * time.Second) }()
 	support.Eventually(t, "webhook ready", 2*time.Minute, 100*time.Millisecond, func() (bool, string) {
 		code, body := support.HTTPGet("http://" + health + "/readyz")
 		return code == http.StatusOK, body

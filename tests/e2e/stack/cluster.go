@@ -25,6 +25,7 @@ import (
 	"github.com/agentcube/sandboxpool/hack/images/oci"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
@@ -461,7 +462,7 @@ func (s *Stack) PodLog(namespace, name string, n int) string {
 		files, _ := filepath.Glob(filepath.Join(d, "*", "*.log"))
 		slices.Sort(files)
 		for _, f := range files {
-			fmt.Fprintf(&b, "== %s\n%s\n", f, tail(f, n))
+			fmt.Fprintf(&b, "== %s\n%s\n", f, support.Tail(f, n))
 		}
 	}
 	return b.String()

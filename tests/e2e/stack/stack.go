@@ -377,7 +377,7 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 // again on this, the only node (none of it happens while the API server is unreachable).
 func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	o, p := s.Opts, s.paths
-	o.Logf("starting containerd %s with the placeholder runtime handler", s.Containerd.bin)
+	o.Logf("starting containerd %s with the placeholder runtime handler", s.Containerd.Bin())
 	if err := s.Containerd.Start(); err != nil {
 		return err
 	}

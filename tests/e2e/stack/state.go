@@ -64,7 +64,7 @@ func (s *Stack) State() State {
 	}
 	for _, p := range []*Proc{s.ControllerManager, s.Scheduler, s.Containerd, unitProc(s.NodeCtl), unitProc(s.Agent), s.Kubelet, unitProc(s.KubeProxy)} {
 		if p != nil && p.Running() {
-			st.Processes = append(st.Processes, p.Record())
+			st.Processes = append(st.Processes, RecordOf(p.Name, p.Pid()))
 		}
 	}
 	return st

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,10 +129,7 @@ type Containerd struct {
 	tools string
 	opts  Options
 	log   string
-
-	mu   sync.Mutex // guards cmd and done
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc  *support.Proc
 }
 
 // Start starts containerd and imports the pause image for ctr (Namespace) and CRI; t's
@@ -152,6 +148,9 @@ func Start(t testing.TB, opts Options) *Containerd {
 		Dir: dir, Address: filepath.Join(dir, "c.sock"),
 		t: t, tools: os.Getenv(ToolsEnv), opts: opts, log: filepath.Join(dir, "containerd.log"),
 	}
+	c.proc = support.NewProc("containerd", c.log, c.Tool("containerd"), []string{"--config", filepath.Join(c.Dir, "config.toml")})
+	c.proc.Env = []string{"PATH=" + opts.Artifacts.Bin + ":" + c.tools + ":" + os.Getenv("PATH")}
+	c.proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	t.Cleanup(c.cleanup)
 	if err := c.writeConfig(); err != nil {
 		t.Fatal(err)
@@ -266,28 +265,10 @@ func DropIn(agentAddress string, agentTimeout time.Duration) ([]byte, error) {
 // start starts the containerd process and waits until it serves.
 func (c *Containerd) start() {
 	c.t.Helper()
-	logFile, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := c.proc.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(c.Tool("containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
-	cmd.Env = append(os.Environ(), "PATH="+c.opts.Artifacts.Bin+":"+c.tools+":"+os.Getenv("PATH"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("starting containerd: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		close(done)
-	}()
-	c.mu.Lock()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
-
-	if err := poll(30*time.Second, done, func() bool {
+	if err := poll(30*time.Second, c.proc.Exited(), func() bool {
 		conn, err := net.Dial("unix", c.Address)
 		if err == nil {
 			_ = conn.Close()
@@ -300,20 +281,7 @@ func (c *Containerd) start() {
 
 // Stop stops containerd (SIGTERM, then SIGKILL after 15 s). Its shims keep running.
 func (c *Containerd) Stop() {
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.cmd = nil
-	c.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	_ = c.proc.Stop(15 * time.Second) // killed after 15 s: Stop returns only once it is gone
 }
 
 // Restart stops containerd and starts it again on the same state.
@@ -416,13 +384,7 @@ func (c *Containerd) logLines() []string {
 	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 }
 
-func (c *Containerd) tail(n int) string {
-	lines := c.logLines()
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (c *Containerd) tail(n int) string { return c.proc.Tail(n) }
 
 // Shim is a running shim process of this containerd.
 type Shim struct {
