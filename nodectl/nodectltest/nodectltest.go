@@ -103,18 +103,6 @@ func removeCgroup(t testing.TB, p string) {
 	}
 }
 
-// ShortTempDir is a temporary directory short enough for unix socket paths (at most 108
-// bytes; t.TempDir can be longer), removed by t's cleanup.
-func ShortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "nc")
-	if err != nil {
-		t.Fatalf("creating a temporary directory: %v", err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 // WriteConfig writes cfg to path with client.WriteConfig, failing t on error.
 func WriteConfig(t testing.TB, path string, cfg api.Config) {
 	t.Helper()

@@ -117,7 +117,7 @@ func Start(t testing.TB, opts Options) *Process {
 	if opts.CgroupPath == "" {
 		opts.CgroupPath = CgroupPath(t)
 	}
-	dir := ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	p := &Process{
 		SocketPath: filepath.Join(dir, "nc.sock"),
 		ConfigPath: filepath.Join(dir, "node-ctl.json"),

@@ -132,3 +132,15 @@ func HTTPGet(url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// ShortTempDir is a temporary directory below /tmp, short enough for unix socket paths (at
+// most 108 bytes; t.TempDir and $TMPDIR can be longer), removed by t's cleanup.
+func ShortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "sp")
+	if err != nil {
+		t.Fatalf("creating a temporary directory: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
