@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -68,7 +69,7 @@ func (c *ControlPlane) KillAPIServer() (restart func() error, err error) {
 			_, _, last = c.Kubectl(ctx, nil, "get", "--raw", "/readyz")
 			return last == nil, nil
 		}); err != nil {
-			return fmt.Errorf("kube-apiserver not ready a minute after restart: %w (last: %v)", err, last)
+			return fmt.Errorf("kube-apiserver not ready a minute after restart: %w", errors.Join(err, last))
 		}
 		return nil
 	}, nil
