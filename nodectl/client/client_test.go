@@ -20,9 +20,7 @@ import (
 )
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
+	return support.Context(t, 10*time.Second)
 }
 
 // serveUnix serves h with httptest on a unix socket and returns the socket's path.

@@ -25,9 +25,7 @@ import (
 const mib = 1 << 20
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
+	return support.Context(t, 10*time.Second)
 }
 
 // reloadErr reloads and returns the *client.StatusError node-ctl answered with.

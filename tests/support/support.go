@@ -144,3 +144,10 @@ func ShortTempDir(t testing.TB) string {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
+
+// Context is t's context with a timeout, cancelled by t's cleanup.
+func Context(t testing.TB, timeout time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
