@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestNodeEventsEnqueueOnlyClassesWhoseSelectionChanges: the DaemonSet rule that node
@@ -19,7 +21,9 @@ func TestNodeEventsEnqueueOnlyClassesWhoseSelectionChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ClassReconciler{Client: fake.NewClientBuilder().WithScheme(sch).WithObjects(testClass("a"), testClass("b")).Build()}
+	a := wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
+	b := wrappers.MakeClass("b").UID("uid-b").Selector("pool", "b").Resources("2", "4Gi").Obj()
+	r := &ClassReconciler{Client: fake.NewClientBuilder().WithScheme(sch).WithObjects(a, b).Build()}
 	h := r.nodeEvents()
 	node := func(labels map[string]string) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels, ResourceVersion: "1"}}

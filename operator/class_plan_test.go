@@ -20,19 +20,8 @@ import (
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
-
-func testClass(name string) *v1alpha1.SandboxPoolClass {
-	return &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-" + "name"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": name}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
-			}},
-		},
-	}
-}
 
 func testSnapshot(cpu string) Snapshot {
 	return Snapshot{
@@ -44,7 +33,7 @@ func testSnapshot(cpu string) Snapshot {
 }
 
 func TestPlanClass(t *testing.T) {
-	class := testClass("a")
+	class := wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
 	sel := labels.SelectorFromSet(labels.Set{"pool": "a"})
 	snap := testSnapshot("2")
 	inSync := newPool(class, "in-sync", snap)
@@ -55,7 +44,7 @@ func TestPlanClass(t *testing.T) {
 	nodeGone := newPool(class, "gone", snap)
 	terminating := newPool(class, "terminating", testSnapshot("1"))
 	terminating.DeletionTimestamp = &metav1.Time{}
-	otherClass := newPool(testClass("b"), "taken", snap)
+	otherClass := newPool(wrappers.MakeClass("b").UID("uid-b").Selector("pool", "b").Resources("2", "4Gi").Obj(), "taken", snap)
 
 	nodes := map[string]nodeView{}
 	for _, n := range []string{"in-sync", "stale", "unlabelled", "new-1", "new-2", "taken", "terminating"} {
@@ -97,7 +86,7 @@ func TestPlanClass(t *testing.T) {
 }
 
 func TestDesiredPoolKeepsWhatTheClassDoesNotOwn(t *testing.T) {
-	class := testClass("a")
+	class := wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
 	pool := newPool(class, "n1", testSnapshot("1"))
 	pool.Labels["team"] = "x"
 	pool.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "bigger"}
@@ -193,7 +182,7 @@ func TestBuildSnapshot(t *testing.T) {
 	).Build()
 	ctx := context.Background()
 
-	class := testClass("a")
+	class := wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
 	snap, err := buildSnapshot(ctx, c, s, class)
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +207,7 @@ func TestBuildSnapshot(t *testing.T) {
 		t.Errorf("a missing PriorityClass gave %v, want errPriorityClassNotFound", err)
 	}
 
-	class = testClass("a")
+	class = wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
 	class.Spec.ResourcePolicy.Resources = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	var verr *schema.ValidationError
 	if _, err := buildSnapshot(ctx, c, s, class); !errors.As(err, &verr) {

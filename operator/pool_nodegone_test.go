@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 func TestDecideNodeGone(t *testing.T) {
@@ -114,7 +115,7 @@ func newNodeGoneFixture(t *testing.T, t0 time.Time) *nodeGoneFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	class := testClass("a")
+	class := wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
 	class.UID = "class-a-uid"
 	pool := newPool(class, "gone-node", testSnapshot("2"))
 	pool.UID = "pool-uid"

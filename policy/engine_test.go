@@ -17,6 +17,7 @@ import (
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 func fields(d policy.Decision) []string {
@@ -45,16 +46,16 @@ func TestEvaluate(t *testing.T) {
 		// SandboxPoolClass. Its shape is the schema's; the policy keeps what no schema says.
 		{name: "class create", req: createClass(t, newClass())},
 		{name: "class zero cpu is the schema's", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
-			c.Spec.ResourcePolicy.Resources = quota("0", "8Gi")
+			c.Spec.ResourcePolicy.Resources = wrappers.Resources("0", "8Gi")
 		}))},
 		{name: "class selector change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.Selector.MatchLabels = map[string]string{"pool": "other"}
 		})), want: []string{"spec.selector"}, msg: "spec.selector: field is immutable"},
 		{name: "class quota change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
-			c.Spec.ResourcePolicy.Resources = quota("500m", "4Gi")
+			c.Spec.ResourcePolicy.Resources = wrappers.Resources("500m", "4Gi")
 		}))},
 		{name: "class quota change by the controller", req: request(t, admissionv1.Update, v1alpha1.ResourceSandboxPoolClasses, "", controller, newClass(func(c *v1alpha1.SandboxPoolClass) {
-			c.Spec.ResourcePolicy.Resources = quota("500m", "4Gi")
+			c.Spec.ResourcePolicy.Resources = wrappers.Resources("500m", "4Gi")
 		}), newClass()), want: []string{"spec"}, msg: "the controller (caller " + policy.DefaultControllerUsername + ") may change a class's finalizers and status only"},
 		{name: "class finalizer by the controller", req: request(t, admissionv1.Update, v1alpha1.ResourceSandboxPoolClasses, "", controller, newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Finalizers = []string{v1alpha1.FinalizerClassPools}
@@ -72,13 +73,13 @@ func TestEvaluate(t *testing.T) {
 			p.Spec.ClassRef.Name = "gold"
 		})), want: []string{"spec.classRef.name", "spec.nodeName"}},
 		{name: "pool spec updated by its node", req: updatePool(t, kubelet("node-a"), newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
+			p.Spec.ResourcePolicy.Resources = wrappers.Resources("64", "256Gi")
 		})), want: []string{"spec"}, msg: "may not be modified by node identity system:node:node-a"},
 		{name: "pool override by an operator", req: updatePool(t, operator, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: quota("6", "12Gi")}}
+			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: wrappers.Resources("6", "12Gi")}}
 		}))},
 		{name: "pool snapshot by an operator", req: updatePool(t, operator, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
+			p.Spec.ResourcePolicy.Resources = wrappers.Resources("64", "256Gi")
 		})), want: []string{"spec.resourcePolicy"}, msg: "the operator role may change spec.override only"},
 		{name: "pool override by the controller", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Spec.Override = &v1alpha1.Override{Enabled: false}
@@ -218,7 +219,7 @@ func TestConfig(t *testing.T) {
 	}))
 	snapshot := func(who authenticationv1.UserInfo) *admissionv1.AdmissionRequest {
 		return updatePool(t, who, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.ResourcePolicy.Resources = quota("64", "256Gi")
+			p.Spec.ResourcePolicy.Resources = wrappers.Resources("64", "256Gi")
 		}))
 	}
 	check := func(req *admissionv1.AdmissionRequest, want bool) {

@@ -8,8 +8,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // Callers.
@@ -52,39 +51,21 @@ func poolName(node string) string {
 	return "placeholder-" + node[:232] + "-" + hex.EncodeToString(sum[:])[:8]
 }
 
-func quota(cpu, memory string) corev1.ResourceList {
-	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
-}
-
+// newClass is the suite's class, "default", changed by mutate.
 func newClass(mutate ...func(*v1alpha1.SandboxPoolClass)) *v1alpha1.SandboxPoolClass {
-	c := &v1alpha1.SandboxPoolClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version, Kind: v1alpha1.KindSandboxPoolClass},
-		ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"sandbox.agentcube.io/pool": "default"}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: quota("4", "8Gi")},
-			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"},
-		},
-	}
+	c := wrappers.MakeClass("default").Selector("sandbox.agentcube.io/pool", "default").
+		Resources("4", "8Gi").RuntimeClass("placeholder").Obj()
 	for _, m := range mutate {
 		m(c)
 	}
 	return c
 }
 
+// newPool is node's pool of the suite's class, named by poolName (not naming.PoolName:
+// the Rego is checked against an independent implementation), changed by mutate.
 func newPool(node string, mutate ...func(*v1alpha1.SandboxPool)) *v1alpha1.SandboxPool {
-	p := &v1alpha1.SandboxPool{
-		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version, Kind: v1alpha1.KindSandboxPool},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   poolName(node),
-			Labels: map[string]string{v1alpha1.LabelClass: "default", v1alpha1.LabelNode: node},
-		},
-		Spec: v1alpha1.SandboxPoolSpec{
-			ClassRef:       v1alpha1.ClassRef{Name: "default"},
-			NodeName:       node,
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: quota("4", "8Gi")},
-		},
-	}
+	p := wrappers.MakePool(node).Name(poolName(node)).Class("default").
+		Label(v1alpha1.LabelClass, "default").Label(v1alpha1.LabelNode, node).Resources("4", "8Gi").Obj()
 	for _, m := range mutate {
 		m(p)
 	}

@@ -16,15 +16,9 @@ import (
 	"github.com/agentcube/sandboxpool/policy/policytest"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 	"github.com/agentcube/sandboxpool/webhook"
 )
-
-func pool(node, class string) *v1alpha1.SandboxPool {
-	return &v1alpha1.SandboxPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "placeholder-" + node, ResourceVersion: "1"},
-		Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: class}, NodeName: node},
-	}
-}
 
 // gpuPoolJSON is node-a's pool of class gpu; its CREATE conflicts with a default pool there.
 var gpuPoolJSON = strings.ReplaceAll(poolJSON, `"default"`, `"gpu"`)
@@ -38,7 +32,7 @@ func TestInventoryInformer(t *testing.T) {
 	fw := watch.NewFake()
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			return &v1alpha1.SandboxPoolList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: []v1alpha1.SandboxPool{*pool("node-a", "default")}}, nil
+			return &v1alpha1.SandboxPoolList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: []v1alpha1.SandboxPool{*wrappers.MakePool("node-a").Class("default").ResourceVersion("1").Obj()}}, nil
 		},
 		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil },
 	}
@@ -83,13 +77,13 @@ func TestInventoryInformer(t *testing.T) {
 		t.Fatalf("CREATE of a gpu pool on node-a = %+v, want a denial naming the node and the class default", d)
 	}
 
-	fw.Delete(pool("node-a", "default"))
+	fw.Delete(wrappers.MakePool("node-a").Class("default").ResourceVersion("1").Obj())
 	poll("the deleted pool leaves the inventory", allowed(true))
 
-	fw.Add(pool("node-a", "default"))
+	fw.Add(wrappers.MakePool("node-a").Class("default").ResourceVersion("1").Obj())
 	poll("the added pool is in the inventory", allowed(false))
 
-	fw.Modify(pool("node-a", "gpu"))
+	fw.Modify(wrappers.MakePool("node-a").Class("gpu").ResourceVersion("1").Obj())
 	poll("the updated pool is in the inventory", allowed(true))
 }
 
@@ -104,7 +98,7 @@ func TestInventoryTombstone(t *testing.T) {
 	v := webhook.NewValidator(schema.MustCompiled(), engine)
 	inv := webhook.NewInventory(engine, logr.Discard())
 
-	p := pool("node-a", "default")
+	p := wrappers.MakePool("node-a").Class("default").ResourceVersion("1").Obj()
 	inv.OnAdd(p, true)
 	if d, err := v.Validate(context.Background(), createPool(gpuPoolJSON)); err != nil || d.Allowed {
 		t.Fatalf("after add: %+v, %v; want a denial", d, err)

@@ -22,6 +22,8 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // fakeAPIServer serves just enough of the Kubernetes API for a SandboxPool informer:
@@ -106,17 +108,6 @@ func gatedAPIServer(t *testing.T, release <-chan struct{}, pools ...v1alpha1.San
 	return srv
 }
 
-// freeAddr is a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestRun runs the whole webhook against a fake API server: it is live at once, turns
 // ready only once the inventory has listed the pools, decides with that inventory over
 // TLS, exports its metrics and stops cleanly.
@@ -124,17 +115,13 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	existing := v1alpha1.SandboxPool{
-		TypeMeta:   metav1.TypeMeta{Kind: v1alpha1.KindSandboxPool, APIVersion: v1alpha1.GroupName + "/" + v1alpha1.Version},
-		ObjectMeta: metav1.ObjectMeta{Name: "placeholder-node-a", ResourceVersion: "5"},
-		Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "default"}, NodeName: "node-a"},
-	}
+	existing := *wrappers.MakePool("node-a").Class("default").ResourceVersion("5").Obj()
 	listed := make(chan struct{})
 	api := gatedAPIServer(t, listed, existing)
 	certDir := t.TempDir()
 	newTestCert(t, "webhook").install(t, certDir)
 	opts := DefaultOptions()
-	opts.Addr, opts.HealthAddr, opts.MetricsAddr, opts.CertDir = freeAddr(t), freeAddr(t), freeAddr(t), certDir
+	opts.Addr, opts.HealthAddr, opts.MetricsAddr, opts.CertDir = support.FreeAddr(t), support.FreeAddr(t), support.FreeAddr(t), certDir
 	opts.ShutdownDelay = 2 * time.Second
 
 	runCtx, stop := context.WithCancel(ctx)

@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 func init() {
@@ -111,7 +113,7 @@ func startRun(t *testing.T, certDir string) *run {
 	t.Helper()
 	api := fakeAPIServer(t)
 	r := &run{opts: DefaultOptions(), done: make(chan struct{})}
-	r.opts.Addr, r.opts.HealthAddr, r.opts.MetricsAddr, r.opts.CertDir = freeAddr(t), freeAddr(t), freeAddr(t), certDir
+	r.opts.Addr, r.opts.HealthAddr, r.opts.MetricsAddr, r.opts.CertDir = support.FreeAddr(t), support.FreeAddr(t), support.FreeAddr(t), certDir
 	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		defer close(r.done)

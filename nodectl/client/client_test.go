@@ -16,18 +16,17 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/nodectl/server"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
+	return support.Context(t, 10*time.Second)
 }
 
 // serveUnix serves h with httptest on a unix socket and returns the socket's path.
 func serveUnix(t *testing.T, h http.Handler) string {
 	t.Helper()
-	socket := filepath.Join(nodectltest.ShortTempDir(t), "s.sock")
+	socket := filepath.Join(support.ShortTempDir(t), "s.sock")
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +40,7 @@ func serveUnix(t *testing.T, h http.Handler) string {
 
 func TestAgainstTheReferenceHandler(t *testing.T) {
 	// The reference server's handler behind httptest, with the in-memory cgroup.
-	dir := nodectltest.ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	cfgPath := filepath.Join(dir, "node-ctl.json")
 	fake := nodectltest.NewFakeCgroup("/pool")
 	srv, err := server.New(server.Options{SocketPath: "unused", ConfigPath: cfgPath, Zone: "z", Cgroup: fake})
@@ -84,7 +83,7 @@ func TestAgainstTheReferenceHandler(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	dir := nodectltest.ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 
 	t.Run("no socket", func(t *testing.T) {
 		c := client.New(filepath.Join(dir, "missing.sock"))

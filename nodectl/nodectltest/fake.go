@@ -13,6 +13,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/cgroup"
 	"github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/nodectl/server"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // FakeCgroup is an in-memory server.Cgroup that behaves like a cgroup v1 kernel: a memory
@@ -149,7 +150,7 @@ type Fake struct {
 // StartFake starts a Fake and waits until it is healthy. t's cleanup stops it.
 func StartFake(t testing.TB, opts FakeOptions) *Fake {
 	t.Helper()
-	dir := ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	f := &Fake{
 		SocketPath: filepath.Join(dir, "nc.sock"),
 		ConfigPath: filepath.Join(dir, "node-ctl.json"),

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/nodectl/cgroup"
 	"github.com/agentcube/sandboxpool/nodectl/client"
@@ -101,18 +103,6 @@ func removeCgroup(t testing.TB, p string) {
 	}
 }
 
-// ShortTempDir is a temporary directory short enough for unix socket paths (at most 108
-// bytes; t.TempDir can be longer), removed by t's cleanup.
-func ShortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "nc")
-	if err != nil {
-		t.Fatalf("creating a temporary directory: %v", err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 // WriteConfig writes cfg to path with client.WriteConfig, failing t on error.
 func WriteConfig(t testing.TB, path string, cfg api.Config) {
 	t.Helper()
@@ -135,20 +125,18 @@ func Config(generation int64, cpu, memory string) api.Config {
 // Poll calls cond every pollInterval until it returns nil or timeout passes, and returns
 // the last error then. An error wrapped with Permanent ends the poll at once.
 func Poll(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		var perm permanentError
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &perm):
-			return perm.err
-		case time.Now().After(deadline):
-			return err
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), pollInterval, timeout, true, func(context.Context) (bool, error) {
+		last = cond()
+		if perm, ok := errors.AsType[permanentError](last); ok {
+			return false, perm.err
 		}
-		time.Sleep(pollInterval)
+		return last == nil, nil
+	})
+	if wait.Interrupted(err) {
+		return last
 	}
+	return err
 }
 
 // Permanent wraps err so that Poll returns it at once instead of retrying.

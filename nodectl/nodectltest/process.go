@@ -1,9 +1,8 @@
 package nodectltest
 
 import (
-	"bytes"
+	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/nodectl/client"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Packages of the binaries the helpers run.
@@ -44,13 +44,13 @@ func binary(t testing.TB, name string) string {
 			build.err = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), nodeCtlPackage, hogPackage)
 		// Build inside this module whatever the test's working directory.
+		b := support.GoBuild{Out: dir}
 		if _, file, _, ok := runtime.Caller(0); ok {
-			cmd.Dir = filepath.Dir(file)
+			b.Dir = filepath.Dir(file)
 		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build %s %s: %w\n%s", nodeCtlPackage, hogPackage, err, out)
+		if err := b.Run(context.Background(), nodeCtlPackage, hogPackage); err != nil {
+			build.err = err
 			return
 		}
 		build.dir = dir
@@ -100,13 +100,8 @@ type Process struct {
 	// Client talks to the process.
 	Client *client.Client
 
-	t       testing.TB
-	bin     string
-	args    []string
-	logPath string
-	cmd     *exec.Cmd     // nil when not running
-	exited  chan struct{} // closed when cmd has been waited for
-	waitErr error         // cmd.Wait's error, set before exited is closed
+	t    testing.TB
+	proc *support.Proc
 }
 
 // Start builds (once) and starts the real node-ctl on real cgroups and waits until it is
@@ -122,32 +117,32 @@ func Start(t testing.TB, opts Options) *Process {
 	if opts.CgroupPath == "" {
 		opts.CgroupPath = CgroupPath(t)
 	}
-	dir := ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	p := &Process{
 		SocketPath: filepath.Join(dir, "nc.sock"),
 		ConfigPath: filepath.Join(dir, "node-ctl.json"),
 		CgroupPath: opts.CgroupPath,
 		t:          t,
-		bin:        bin,
-		logPath:    filepath.Join(dir, "node-ctl.log"),
 	}
 	p.Client = client.New(p.SocketPath)
-	p.args = append([]string{
+	p.proc = support.NewProc("node-ctl", filepath.Join(dir, "node-ctl.log"), bin, append([]string{
 		"--socket=" + p.SocketPath,
 		"--config=" + p.ConfigPath,
 		"--cgroup-path=" + p.CgroupPath,
 		"--zone=" + opts.Zone,
 		"--log-level=DEBUG",
-	}, opts.Args...)
+	}, opts.Args...))
+	// Do not outlive a test binary that crashes or times out.
+	p.proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if opts.Config != nil {
 		WriteConfig(t, p.ConfigPath, *opts.Config)
 	}
 	t.Cleanup(func() {
-		if p.cmd != nil {
+		if p.proc.Running() {
 			p.Stop()
 		}
 		if t.Failed() {
-			t.Logf("node-ctl log (%s):\n%s", p.logPath, p.Logs())
+			t.Logf("node-ctl log (%s):\n%s", p.proc.Log, p.Logs())
 		}
 	})
 	p.Start()
@@ -157,37 +152,19 @@ func Start(t testing.TB, opts Options) *Process {
 // Start starts the process again after Stop or Kill and waits until it is healthy.
 func (p *Process) Start() {
 	p.t.Helper()
-	if p.cmd != nil {
-		p.t.Fatalf("node-ctl is already running (pid %d)", p.cmd.Process.Pid)
+	if err := p.proc.Start(); err != nil {
+		p.t.Fatal(err)
 	}
-	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		p.t.Fatalf("opening the node-ctl log: %v", err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Do not outlive a test binary that crashes or times out.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("starting node-ctl: %v", err)
-	}
-	p.cmd, p.exited = cmd, make(chan struct{})
-	exited := p.exited
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(exited)
-	}()
-	WaitHealthy(p.t, p.Client, p.exited)
+	WaitHealthy(p.t, p.Client, p.proc.Exited())
 }
 
 // Pid is the running process's pid.
 func (p *Process) Pid() int {
 	p.t.Helper()
-	if p.cmd == nil {
+	if !p.proc.Running() {
 		p.t.Fatalf("node-ctl is not running")
 	}
-	return p.cmd.Process.Pid
+	return p.proc.Pid()
 }
 
 // Signal sends sig to the running process.
@@ -233,25 +210,18 @@ func (p *Process) WriteConfig(cfg api.Config) {
 
 // Logs returns everything the process (all its runs) logged.
 func (p *Process) Logs() string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return fmt.Sprintf("(reading the log: %v)", err)
-	}
-	return string(bytes.TrimSpace(data))
+	return strings.TrimSpace(p.proc.Output())
 }
 
 // wait waits for the running process to exit and returns cmd.Wait's error.
 func (p *Process) wait() error {
 	p.t.Helper()
 	select {
-	case <-p.exited:
+	case <-p.proc.Exited():
 	case <-time.After(processTimeout):
-		pid := p.cmd.Process.Pid
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		p.cmd = nil
+		pid := p.proc.Pid()
+		_ = p.proc.Kill()
 		p.t.Fatalf("node-ctl (pid %d) did not exit within %v", pid, processTimeout)
 	}
-	p.cmd = nil
-	return p.waitErr
+	return p.proc.WaitErr()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 const (
@@ -19,9 +20,7 @@ const (
 )
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
+	return support.Context(t, 10*time.Second)
 }
 
 func state(t *testing.T, p *nodectltest.Process) *api.State {

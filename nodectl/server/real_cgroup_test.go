@@ -15,6 +15,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/nodectl/server"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 const realDeadline = 30 * time.Second
@@ -74,7 +75,7 @@ func waitState(t *testing.T, c *client.Client, what string, ok func(*api.State) 
 func TestRealCgroup(t *testing.T) {
 	nodectltest.RequireCgroups(t)
 	cgPath := nodectltest.CgroupPath(t)
-	dir := nodectltest.ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	socket, configPath := filepath.Join(dir, "nc.sock"), filepath.Join(dir, "node-ctl.json")
 	stop := realServer(t, socket, configPath, cgPath)
 	c := client.New(socket)

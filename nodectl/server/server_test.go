@@ -19,14 +19,13 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/nodectl/server"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 const mib = 1 << 20
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
+	return support.Context(t, 10*time.Second)
 }
 
 // reloadErr reloads and returns the *client.StatusError node-ctl answered with.
@@ -207,7 +206,7 @@ func (s *stubCgroup) Apply(l cgroup.Limits) error {
 
 func newStubServer(t *testing.T, cg server.Cgroup) (*server.Server, string) {
 	t.Helper()
-	dir := nodectltest.ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	srv, err := server.New(server.Options{SocketPath: filepath.Join(dir, "s"), ConfigPath: filepath.Join(dir, "c.json"), Cgroup: cg})
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +369,7 @@ func TestSocket(t *testing.T) {
 // (the directory itself is created by Run).
 func stubServer(t *testing.T) (*server.Server, string) {
 	t.Helper()
-	dir := nodectltest.ShortTempDir(t)
+	dir := support.ShortTempDir(t)
 	socket := filepath.Join(dir, "run", "s.sock")
 	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
 		t.Fatal(err)

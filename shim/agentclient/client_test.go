@@ -3,7 +3,6 @@ package agentclient_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,21 +18,7 @@ import (
 // startAgent serves a recording agent on a short socket path (unix sockets: 108 bytes).
 func startAgent(t *testing.T) *shimapitest.Agent {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "agc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	a, err := shimapitest.Start(filepath.Join(dir, "agent.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return a
+	return shimapitest.StartTest(t)
 }
 
 func newClient(t *testing.T, address string, timeout time.Duration) *agentclient.Client {

@@ -31,6 +31,7 @@ import (
 	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/shim/agentclient"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // recorder is the shim's event publisher: it keeps what the service published.
@@ -91,16 +92,8 @@ type fixture struct {
 // newFixture runs the task service in process, against the recording agent over TTRPC.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "tsk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	agent, err := shimapitest.Start(filepath.Join(dir, "agent.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agent.Close() })
+	dir := support.ShortTempDir(t)
+	agent := shimapitest.StartTest(t)
 
 	ctx, sd := shutdown.WithShutdown(namespaces.WithNamespace(context.Background(), "k8s.io"))
 	t.Cleanup(func() { sd.Shutdown(); <-sd.Done() })

@@ -23,16 +23,15 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // buildCLI builds the sandboxpool binary users run.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sandboxpool")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandboxpool")
-	cmd.Dir = cp.Root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building sandboxpool: %v\n%s", err, out)
+	bin, err := support.BuildBinary(cp.Root, t.TempDir(), "./cmd/sandboxpool")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

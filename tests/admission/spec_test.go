@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 func poolObject(t *testing.T, name, node, class, extra string) *unstructured.Unstructured {
@@ -58,18 +61,14 @@ func TestSecondClassForOwnedNode(t *testing.T) {
 	requireCluster(t)
 	createPool(t, "node-g", "c1")
 	pools := admin(t).Resource(poolsGVR)
-	deadline := time.Now().Add(15 * time.Second)
 	var err error
-	for time.Now().Before(deadline) {
+	support.Eventually(t, "the webhook denies the second class", 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		_, err = pools.Create(context.Background(), poolObject(t, poolName("node-g"), "node-g", "c2", ""), metav1.CreateOptions{})
-		if apierrors.IsForbidden(err) {
-			break
-		}
-		if !apierrors.IsAlreadyExists(err) {
+		if !apierrors.IsForbidden(err) && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("want AlreadyExists or the webhook's denial, got %v", err)
 		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+		return apierrors.IsForbidden(err), fmt.Sprintf("create: %v", err)
+	})
 	wantForbidden(t, "second class for node-g", err, "node-g", "c1")
 }
 

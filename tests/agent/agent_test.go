@@ -26,6 +26,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 func condIs(p *v1alpha1.SandboxPool, typ string, s metav1.ConditionStatus) bool {
@@ -152,11 +153,11 @@ func TestAgentLifecycle(t *testing.T) {
 	n.startAgent()
 	kubelet := startKubelet(n)
 
-	other := newPool("agent-node-2", "500m", "64Mi")
+	other := wrappers.MakePool("agent-node-2").Class("c1").Resources("500m", "64Mi").RuntimeClass("placeholder").Obj()
 	if err := admin.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	pool := newPool(n.name, "500m", "64Mi")
+	pool := wrappers.MakePool(n.name).Class("c1").Resources("500m", "64Mi").RuntimeClass("placeholder").Obj()
 	pool.Spec.PlaceholderPod.PriorityClassName = "sandbox-high"
 	pool.Spec.PlaceholderPod.Priority = ptr.To[int32](1000)
 	if err := admin.Create(ctx, pool); err != nil {

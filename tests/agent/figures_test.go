@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // TestAgentFigures measures the agent as its own process (cmd/placeholder-agent, the node's
@@ -27,7 +28,7 @@ func TestAgentFigures(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, "figures-node")
 	dir := t.TempDir()
-	bin, err := framework.BuildBinary(cp.Root, dir, "./cmd/placeholder-agent")
+	bin, err := support.BuildBinary(cp.Root, dir, "./cmd/placeholder-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestAgentFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := n.options()
-	proc := framework.StartProcess(t, "placeholder-agent", bin, "--kubeconfig", kc, "--node-name", n.name,
+	proc := support.StartProcess(t, "placeholder-agent", bin, "--kubeconfig", kc, "--node-name", n.name,
 		"--manifest-dir", o.ManifestDir, "--pause-image", o.PauseImage, "--node-ctl-socket", o.NodeCtlSocket,
 		"--node-ctl-config", o.NodeCtlConfig, "--node-ctl-restart-command=", "--node-ctl-stop-command=",
 		"--shim-address", o.ShimAddress, "--healthz-addr=0", "--metrics-addr=0", "--lease-kubeconfig", o.LeaseKubeconfig)
@@ -46,16 +47,10 @@ func TestAgentFigures(t *testing.T) {
 	const runs = 50
 	// waitFor polls the pool's manifests until ok holds of one of them.
 	waitFor := func(what string, ok func(f manifest.File) bool) time.Duration {
-		began := time.Now()
-		for deadline := began.Add(30 * time.Second); ; {
-			if slices.ContainsFunc(pieceFiles(n, pool.Name), ok) {
-				return time.Since(began)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 30 s", what)
-			}
-			time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
-		}
+		return support.Eventually(t, what, 30*time.Second, time.Millisecond, func() (bool, string) {
+			files := pieceFiles(n, pool.Name)
+			return slices.ContainsFunc(files, ok), fmt.Sprintf("piece files %+v", files)
+		})
 	}
 	var specToFile, restore []time.Duration
 	for i := range runs {

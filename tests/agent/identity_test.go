@@ -20,6 +20,7 @@ import (
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestLeaseIdentity: where NodeRestriction runs, the node's own identity may not write its
@@ -92,7 +93,7 @@ func TestLeaseIdentity(t *testing.T) {
 	// An agent that renews with the node's identity fails every renewal and never holds
 	// the Lease; the same agent with --lease-kubeconfig renews it.
 	n := newNode(t, "identity-agent-node")
-	p := newPool(n.name, "500m", "64Mi")
+	p := wrappers.MakePool(n.name).Class("c1").Resources("500m", "64Mi").RuntimeClass("placeholder").Obj()
 	if err := admin.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}

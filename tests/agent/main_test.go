@@ -9,7 +9,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,29 +26,20 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
-	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 var (
 	suite  framework.Suite
 	scheme *runtime.Scheme
 	admin  client.Client
-	// auditLog records every write request the API server serves.
-	auditLog string
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandboxpool-agent-audit-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	auditLog = filepath.Join(dir, "audit.log")
-	code := framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithNodeRestriction(), framework.WithAuditLog(auditLog))
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(framework.Run(m, &suite, setUp, framework.WithNodeAuthorizer(), framework.WithNodeRestriction(), framework.WithAuditLog()))
 }
 
 func setUp(ctx context.Context, cp *framework.ControlPlane) error {
@@ -175,26 +164,13 @@ func (n *testNode) stopAgent() {
 func syncedPool(t *testing.T, n *testNode) *v1alpha1.SandboxPool {
 	t.Helper()
 	ctx := context.Background()
-	pool := newPool(n.name, "500m", "64Mi")
+	pool := wrappers.MakePool(n.name).Class("c1").Resources("500m", "64Mi").RuntimeClass("placeholder").Obj()
 	if err := admin.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, pool) })
 	synced(t, n, pool.Name, "64Mi")
 	return pool
-}
-
-func newPool(node, cpu, mem string) *v1alpha1.SandboxPool {
-	return &v1alpha1.SandboxPool{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(node)},
-		Spec: v1alpha1.SandboxPoolSpec{
-			ClassRef: v1alpha1.ClassRef{Name: "c1"}, NodeName: node,
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
-			}},
-			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"},
-		},
-	}
 }
 
 func getPool(t *testing.T, name string) *v1alpha1.SandboxPool {
@@ -209,7 +185,7 @@ func getPool(t *testing.T, name string) *v1alpha1.SandboxPool {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
+	support.Eventually(t, what, within, 25*time.Millisecond, cond)
 }
 
 // nodeUser is the identity of node: kubelet's, which the agent shares.

@@ -10,21 +10,20 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 
 	"github.com/agentcube/sandboxpool/agent"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // writeManifest puts a manifest of a pool (name, UID) into dir, as an earlier agent would.
 func writeManifest(t *testing.T, dir, pool, uid string) string {
 	t.Helper()
 	data, err := manifest.Render(manifest.Spec{PoolName: pool, PoolUID: uid, ClassName: "c1", NodeName: "orphan-node", Piece: 1,
-		Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		Resources: wrappers.Resources("1", "1Gi"),
 		Template:  v1alpha1.PlaceholderPodTemplate{RuntimeClassName: "placeholder"}, Image: "pause"})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +40,7 @@ func writeManifest(t *testing.T, dir, pool, uid string) string {
 func TestOrphanCleanupAtStart(t *testing.T) {
 	cp := suite.Require(t)
 	ctx := context.Background()
-	existing := newPool("orphan-node", "1", "1Gi")
+	existing := wrappers.MakePool("orphan-node").Class("c1").Resources("1", "1Gi").RuntimeClass("placeholder").Obj()
 	if err := admin.Create(ctx, existing); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func TestOrphanCleanupAtStart(t *testing.T) {
 	keep := writeManifest(t, dir, existing.Name, string(existing.UID))
 	gone := writeManifest(t, dir, "placeholder-deleted-node", "uid-of-a-deleted-pool")
 	recreated := writeManifest(t, dir, "placeholder-recreated", "old-uid")
-	recreatedPool := newPool("recreated", "1", "1Gi") // the same name, a new UID
+	recreatedPool := wrappers.MakePool("recreated").Class("c1").Resources("1", "1Gi").RuntimeClass("placeholder").Obj() // the same name, a new UID
 	if err := admin.Create(ctx, recreatedPool); err != nil {
 		t.Fatal(err)
 	}
@@ -100,15 +99,15 @@ func TestOrphanCleanupAtStart(t *testing.T) {
 // TestHealthAndMetrics: /healthz, /readyz and /metrics on the agent's addresses.
 func TestHealthAndMetrics(t *testing.T) {
 	n := newNode(t, "health-node")
-	health, metrics := framework.FreeAddr(t), framework.FreeAddr(t)
+	health, metrics := support.FreeAddr(t), support.FreeAddr(t)
 	n.startAgent(func(o *agent.Options) { o.HealthzAddr, o.MetricsAddr = health, metrics })
 	eventually(t, "/healthz and /readyz answer 200", 20*time.Second, func() (bool, string) {
-		h, _ := framework.HTTPGet("http://" + health + "/healthz")
-		r, _ := framework.HTTPGet("http://" + health + "/readyz")
+		h, _ := support.HTTPGet("http://" + health + "/healthz")
+		r, _ := support.HTTPGet("http://" + health + "/readyz")
 		return h == http.StatusOK && r == http.StatusOK, fmt.Sprintf("healthz %d readyz %d", h, r)
 	})
 	eventually(t, "/metrics has the agent's metrics", 20*time.Second, func() (bool, string) {
-		code, body := framework.HTTPGet("http://" + metrics + "/metrics")
+		code, body := support.HTTPGet("http://" + metrics + "/metrics")
 		return code == http.StatusOK && strings.Contains(body, "sandboxpool_agent_nodectl_up 1"), fmt.Sprint(code)
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // A pool's lock is a set of placeholder pods, its pieces (docs/agent.md, "The lock"): these
@@ -27,7 +28,7 @@ func pieceFiles(n *testNode, pool string) []manifest.File {
 func diskLock(n *testNode, pool string) corev1.ResourceList {
 	out := corev1.ResourceList{}
 	for _, f := range pieceFiles(n, pool) {
-		add(out, f.Resources)
+		support.AddResources(out, f.Resources)
 	}
 	return out
 }
@@ -51,24 +52,13 @@ func mirrorPods(n *testNode) []corev1.Pod {
 // mirrorLock is the sum of the requests of n's placeholder mirror pods that have not
 // failed: what the scheduler counts. No pod counts as nothing.
 func mirrorLock(n *testNode) corev1.ResourceList {
-	out := corev1.ResourceList{}
+	var live []corev1.Pod
 	for _, p := range mirrorPods(n) {
-		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			continue
-		}
-		for _, c := range p.Spec.Containers {
-			add(out, c.Resources.Requests)
+		if p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+			live = append(live, p)
 		}
 	}
-	return out
-}
-
-func add(to, l corev1.ResourceList) {
-	for k, v := range l {
-		q := to[k]
-		q.Add(v)
-		to[k] = q
-	}
+	return support.Requests(live...)
 }
 
 // memOf is the memory of l, "0" when it has none.

@@ -25,7 +25,7 @@ func TestIdleAgent(t *testing.T) {
 	from := time.Now()
 	time.Sleep(idle) // the idle period under observation, not a synchronisation
 	to := time.Now()
-	events, err := framework.AuditEvents(auditLog, from, to)
+	events, err := framework.AuditEvents(suite.CP.AuditLog(), from, to)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // TestAgentLeaseCredentials runs hack/agent-lease-credentials.sh as an operator would and
@@ -97,7 +97,7 @@ func TestNodePolicyCheckCommands(t *testing.T) {
 		}
 		if i == 0 {
 			// A policy applied a moment ago reaches the API server's admission a moment later.
-			framework.Eventually(t, "the node policy refuses node-b's pool Lease to node-a", 30*time.Second, 100*time.Millisecond, refused)
+			support.Eventually(t, "the node policy refuses node-b's pool Lease to node-a", 30*time.Second, 100*time.Millisecond, refused)
 		} else if ok, answer := refused(); !ok {
 			t.Errorf("kubectl %v for node-b's pool Lease: %s; want the policy's refusal", args, answer)
 		}

@@ -28,7 +28,7 @@ import (
 	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/webhook"
 )
 
@@ -278,7 +278,7 @@ func TestWebhookDeployment(t *testing.T) {
 	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", webhookName))
 	args := d.Spec.Template.Spec.Containers[0].Args
 
-	bin, err := framework.BuildBinary(cp.Root, t.TempDir(), "./cmd/sandboxpool-webhook")
+	bin, err := support.BuildBinary(cp.Root, t.TempDir(), "./cmd/sandboxpool-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/e2e/stack"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // The cluster half runs as the Pods of its Deployments (deploy/controller, deploy/webhook);
@@ -102,13 +103,13 @@ func clusterPodUIDs(t testing.TB) map[types.UID]string {
 // clusterRequests are the requests of the cluster half's running Pods.
 func clusterRequests(t testing.TB) corev1.ResourceList {
 	t.Helper()
-	out := corev1.ResourceList{}
+	var all []corev1.Pod
 	for _, d := range []string{stack.ControllerDeployment, stack.WebhookDeployment} {
 		pods, err := suite.s.ClusterPods(context.Background(), d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		addList(out, requestsOf(pods...))
+		all = append(all, pods...)
 	}
-	return out
+	return support.Requests(all...)
 }

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // FiguresEnv turns on TestFigures (make e2e-figures sets it).
@@ -44,7 +46,7 @@ func TestFigures(t *testing.T) {
 		}
 		eventually(t, "node-ctl up", 30*time.Second, func() (bool, string) { return nodeCtlState(t) != nil, "" })
 		t0 := time.Now()
-		if err := k8s.Create(ctx, newClass(resources(baseCPU, baseMemory))); err != nil {
+		if err := k8s.Create(ctx, newClass(wrappers.Resources(baseCPU, baseMemory))); err != nil {
 			t.Fatal(err)
 		}
 		waitPhase(t, v1alpha1.PhaseReady, 2*time.Minute, nil)
@@ -64,7 +66,7 @@ func TestFigures(t *testing.T) {
 
 	// Resizes with the lock watcher on: the scheduler's count of the lock (every change of
 	// the mirror pods, by watch), kubelet's (its /pods, every 10 ms) and the pool's phase.
-	base := resources(baseCPU, baseMemory)
+	base := wrappers.Resources(baseCPU, baseMemory)
 	type resizeRun struct {
 		name   string
 		to     corev1.ResourceList
@@ -73,13 +75,13 @@ func TestFigures(t *testing.T) {
 	var gaps = map[string][]watchResult{}
 	var took = map[string][]time.Duration{}
 	runs := []resizeRun{
-		{"scale up 500m/128Mi → 700m/192Mi", resources("700m", "192Mi"), nil},
+		{"scale up 500m/128Mi → 700m/192Mi", wrappers.Resources("700m", "192Mi"), nil},
 		{"scale down 700m/192Mi → 500m/128Mi", base, nil},
 		{"template change (an annotation)", base, nil},
 	}
 	for i := range 5 {
 		for _, r := range runs {
-			old := requestsOf(mirrorPods(t)...)
+			old := support.Requests(mirrorPods(t)...)
 			w := watchLock(t, old, r.to)
 			t0 := time.Now()
 			if strings.HasPrefix(r.name, "template") {
@@ -103,12 +105,12 @@ func TestFigures(t *testing.T) {
 	fill.Sub(resource.MustParse("100m"))
 	createRunning(t, regularPod("figures-filler", corev1.ResourceList{corev1.ResourceCPU: fill, corev1.ResourceMemory: resource.MustParse("16Mi")}))
 	for range 5 {
-		for _, to := range []corev1.ResourceList{resources("400m", baseMemory), base} {
+		for _, to := range []corev1.ResourceList{wrappers.Resources("400m", baseMemory), base} {
 			name := "scale down 500m → 400m cpu, no room for a second copy"
 			if to.Cpu().Cmp(resource.MustParse(baseCPU)) == 0 {
 				name = "scale up 400m → 500m cpu, into the room the scale-down freed"
 			}
-			w := watchLock(t, requestsOf(mirrorPods(t)...), to)
+			w := watchLock(t, support.Requests(mirrorPods(t)...), to)
 			t0 := time.Now()
 			setClassResources(t, to)
 			waitSynced(t, to.Cpu().String(), baseMemory, time.Minute)

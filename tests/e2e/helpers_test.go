@@ -24,6 +24,8 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 const (
@@ -39,34 +41,14 @@ var poolName = naming.PoolName(nodeName)
 // eventually polls cond until it holds, failing t with the last state when within passes.
 func eventually(t testing.TB, what string, within time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
-	t0 := time.Now()
-	for {
-		ok, state := cond()
-		if ok {
-			return time.Since(t0)
-		}
-		if time.Since(t0) > within {
-			t.Fatalf("%s: not within %s; last state: %s", what, within, state)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
-func resources(cpu, memory string) corev1.ResourceList {
-	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+	return support.Eventually(t, what, within, pollInterval, cond)
 }
 
 // newClass is the suite's class: the e2e node's label, the given resources, the priority
 // of system-node-critical (a PriorityClass, so the mirror pod passes the Priority plugin).
 func newClass(res corev1.ResourceList) *v1alpha1.SandboxPoolClass {
-	return &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{nodeLabelKey: nodeLabelValue}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: res},
-			PlaceholderPod: v1alpha1.PlaceholderPodTemplate{PriorityClassName: "system-node-critical"},
-		},
-	}
+	return wrappers.MakeClass(className).Selector(nodeLabelKey, nodeLabelValue).ResourceList(res).
+		PriorityClass("system-node-critical").Obj()
 }
 
 // ensureClass makes sure the suite's class exists with the base resources and its pool is
@@ -78,7 +60,7 @@ func ensureClass(t *testing.T) {
 	err := k8s.Get(ctx, types.NamespacedName{Name: className}, &c)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := k8s.Create(ctx, newClass(resources(baseCPU, baseMemory))); err != nil {
+		if err := k8s.Create(ctx, newClass(wrappers.Resources(baseCPU, baseMemory))); err != nil {
 			t.Fatal(err)
 		}
 	case err != nil:
@@ -88,7 +70,7 @@ func ensureClass(t *testing.T) {
 		ensureClass(t)
 		return
 	default:
-		setClassResources(t, resources(baseCPU, baseMemory))
+		setClassResources(t, wrappers.Resources(baseCPU, baseMemory))
 	}
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 }
@@ -213,25 +195,6 @@ func manifestState() map[string]string {
 	return out
 }
 
-// requestsOf sums the containers' requests of pods.
-func requestsOf(pods ...corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, p := range pods {
-		for _, c := range p.Spec.Containers {
-			addList(out, c.Resources.Requests)
-		}
-	}
-	return out
-}
-
-func addList(to, l corev1.ResourceList) {
-	for k, v := range l {
-		q := to[k]
-		q.Add(v)
-		to[k] = q
-	}
-}
-
 func condOf(p *v1alpha1.SandboxPool, typ string) *metav1.Condition {
 	return meta.FindStatusCondition(p.Status.Conditions, typ)
 }
@@ -294,7 +257,7 @@ func waitSynced(t testing.TB, cpu, memory string, within time.Duration) time.Dur
 		if p == nil || st == nil || len(pods) == 0 {
 			return false, fmt.Sprintf("pool %v, node-ctl state %v, mirror pods %d; %s", p != nil, st != nil, len(pods), describe(p))
 		}
-		req := requestsOf(pods...)
+		req := support.Requests(pods...)
 		ready := true
 		for i := range pods {
 			ready = ready && podReady(&pods[i])
@@ -414,24 +377,13 @@ func allocated(t testing.TB) corev1.ResourceList {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := corev1.ResourceList{}
-	add := func(l corev1.ResourceList) {
-		for k, v := range l {
-			q := out[k]
-			q.Add(v)
-			out[k] = q
-		}
-	}
+	var live []corev1.Pod
 	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			live = append(live, p)
 		}
-		for _, c := range p.Spec.Containers {
-			add(c.Resources.Requests)
-		}
-		add(p.Spec.Overhead)
 	}
-	return out
+	return support.Requests(live...)
 }
 
 // eventsFor lists the events (events.k8s.io) about the object named name.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestClassLifecycleAndTheLock walks a class through its life on a real node:
@@ -50,7 +51,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 		t.Fatalf("the node has too little free cpu for this test: %s", avail.Cpu())
 	}
 	t0 := time.Now()
-	if err := k8s.Create(ctx, newClass(resources(lockCPU.String(), baseMemory))); err != nil {
+	if err := k8s.Create(ctx, newClass(wrappers.Resources(lockCPU.String(), baseMemory))); err != nil {
 		t.Fatal(err)
 	}
 	waitSynced(t, lockCPU.String(), baseMemory, 2*time.Minute)
@@ -90,7 +91,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 	}
 
 	// The lock: 500m more than the node has left.
-	squat := regularPod("squatter", resources("500m", "32Mi"))
+	squat := regularPod("squatter", wrappers.Resources("500m", "32Mi"))
 	if _, err := kube.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, squat, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 	}
 
 	// The capacity is free: the same pod runs.
-	if _, err := kube.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, regularPod("squatter-2", resources("500m", "32Mi")), metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, regularPod("squatter-2", wrappers.Resources("500m", "32Mi")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the same pod runs once the pool is gone", time.Minute, func() (bool, string) {
@@ -144,7 +145,7 @@ func TestClassLifecycleAndTheLock(t *testing.T) {
 
 	// The class again: node-ctl is started again (the agent's restart command), and the
 	// static placeholder pod is admitted by preempting the regular pod.
-	if err := k8s.Create(ctx, newClass(resources(lockCPU.String(), baseMemory))); err != nil {
+	if err := k8s.Create(ctx, newClass(wrappers.Resources(lockCPU.String(), baseMemory))); err != nil {
 		t.Fatal(err)
 	}
 	waitSynced(t, lockCPU.String(), baseMemory, 2*time.Minute)

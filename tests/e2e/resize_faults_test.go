@@ -18,6 +18,8 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/e2e/stack"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // Faults in the middle of a scale-up, on the real stack, each with the lock watcher on: the
@@ -31,7 +33,7 @@ func resizeWithFault(t *testing.T, what string, fault func(t *testing.T, w *lock
 	t.Helper()
 	ensureClass(t)
 	t.Cleanup(func() { ensureClass(t) })
-	base, up := resources(baseCPU, baseMemory), resources("700m", "192Mi")
+	base, up := wrappers.Resources(baseCPU, baseMemory), wrappers.Resources("700m", "192Mi")
 	before := pieceNumbers()
 	w := watchLock(t, base, up)
 	setClassResources(t, up)
@@ -129,7 +131,7 @@ func TestWebhookDownDuringResize(t *testing.T) {
 		}
 		ensureClass(t)
 	})
-	base, up := resources(baseCPU, baseMemory), resources("700m", "192Mi")
+	base, up := wrappers.Resources(baseCPU, baseMemory), wrappers.Resources("700m", "192Mi")
 	w := watchLock(t, base, up)
 	setClassResources(t, up)
 	// The controller's snapshot update goes through the webhook too: stop it once the pool
@@ -151,8 +153,8 @@ func TestWebhookDownDuringResize(t *testing.T) {
 		for i := range pods {
 			ready = ready && podReady(&pods[i])
 		}
-		return ready && equalLists(requestsOf(pods...), up) && equalLists(applied, up),
-			fmt.Sprintf("%d mirror pods requesting %v (ready %v), node-ctl %v", len(pods), requestsOf(pods...), ready, applied)
+		return ready && equalLists(support.Requests(pods...), up) && equalLists(applied, up),
+			fmt.Sprintf("%d mirror pods requesting %v (ready %v), node-ctl %v", len(pods), support.Requests(pods...), ready, applied)
 	})
 	t.Logf("webhook down: the lock and node-ctl reached the new size %s after it stopped; the pool shows %s",
 		time.Since(t0).Round(time.Millisecond), describe(getPool(t)))
@@ -175,7 +177,7 @@ func TestReadinessFollowsTheShim(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("%d placeholder shims run, want 1", len(pids))
 	}
-	w := watchLock(t, resources(baseCPU, baseMemory), resources(baseCPU, baseMemory))
+	w := watchLock(t, wrappers.Resources(baseCPU, baseMemory), wrappers.Resources(baseCPU, baseMemory))
 	t0 := time.Now()
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/agentcube/sandboxpool/nodectl/nodectltest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestResize resizes the class up, down, and changes only its template, on a node with room:
@@ -30,7 +32,7 @@ func TestResize(t *testing.T) {
 		deletePodNow(t, metav1.NamespaceDefault, "filler")
 		ensureClass(t)
 	})
-	base, up := resources(baseCPU, baseMemory), resources("700m", "192Mi")
+	base, up := wrappers.Resources(baseCPU, baseMemory), wrappers.Resources("700m", "192Mi")
 
 	w := watchLock(t, base, up)
 	setClassResources(t, up)
@@ -70,8 +72,8 @@ func TestResize(t *testing.T) {
 	fill := free(t)[corev1.ResourceCPU]
 	fill.Sub(resource.MustParse("100m"))
 	createRunning(t, regularPod("filler", corev1.ResourceList{corev1.ResourceCPU: fill, corev1.ResourceMemory: resource.MustParse("16Mi")}))
-	w = watchLock(t, base, resources("400m", baseMemory))
-	setClassResources(t, resources("400m", baseMemory))
+	w = watchLock(t, base, wrappers.Resources("400m", baseMemory))
+	setClassResources(t, wrappers.Resources("400m", baseMemory))
 	waitSynced(t, "400m", baseMemory, 2*time.Minute)
 	r = w.checkWindows("scale down 500m → 400m cpu on a node without room for a second copy", 1)
 	t.Logf("scale-down without room: the pool was not Ready for %s (the new placeholder pod starting)", r.view(viewReady).gap)
@@ -80,7 +82,7 @@ func TestResize(t *testing.T) {
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 
 	// 120 MiB in use is above 85 % of 128Mi (108.8 MiB): the downscale waits.
-	setClassResources(t, resources(baseCPU, "160Mi"))
+	setClassResources(t, wrappers.Resources(baseCPU, "160Mi"))
 	waitSynced(t, baseCPU, "160Mi", 2*time.Minute)
 	hog := nodectltest.StartHog(t, s.NodeCtlCgroup, 120)
 	if err := hog.WaitAllocated(30 * time.Second); err != nil {
@@ -92,7 +94,7 @@ func TestResize(t *testing.T) {
 		p := getPool(t)
 		return p.Status.PoolInfo != nil && ptr.Deref(p.Status.PoolInfo.AllocatedMemoryBytes, 0) > 110<<20, fmt.Sprintf("%+v", p.Status.PoolInfo)
 	})
-	w = watchLock(t, resources(baseCPU, "160Mi"), base)
+	w = watchLock(t, wrappers.Resources(baseCPU, "160Mi"), base)
 	t0 := time.Now()
 	setClassResources(t, base)
 	waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
@@ -101,7 +103,7 @@ func TestResize(t *testing.T) {
 			condIs(p, v1alpha1.ConditionResizeDeferred.String(), metav1.ConditionTrue)
 	})
 	t.Logf("deferred: %q", getPool(t).Status.Resize.DeferredReason)
-	if got := requestsOf(mirrorPods(t)...); got.Memory().String() != "160Mi" {
+	if got := support.Requests(mirrorPods(t)...); got.Memory().String() != "160Mi" {
 		t.Errorf("the deferred downscale changed the lock: %v", got)
 	}
 	eventually(t, "a Warning event once deferred for longer than 3 s", 30*time.Second, func() (bool, string) {

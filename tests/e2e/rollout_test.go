@@ -19,6 +19,7 @@ import (
 	"github.com/agentcube/sandboxpool/hack/images/oci"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/e2e/stack"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // The cluster half's own disruptions, with failurePolicy Fail: a leader's Pod deleted, both
@@ -60,7 +61,7 @@ func TestControllerLeaderPodDeleted(t *testing.T) {
 		}
 	}
 	writer := startStatusWriter(t)
-	base := resources(baseCPU, baseMemory)
+	base := wrappers.Resources(baseCPU, baseMemory)
 	w := watchLock(t, base, base)
 	t0 := time.Now()
 	if err := kube.CoreV1().Pods(v1alpha1.DefaultSystemNamespace).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
@@ -156,7 +157,7 @@ func TestRollingUpdate(t *testing.T) {
 // Deployments have rolled out, and checks the writes and the pool meanwhile.
 func rollout(t *testing.T, name string, images map[string]string, writer *statusWriter) {
 	s, ctx := suite.s, context.Background()
-	base, up := resources(baseCPU, baseMemory), resources("700m", "192Mi")
+	base, up := wrappers.Resources(baseCPU, baseMemory), wrappers.Resources("700m", "192Mi")
 	w := watchLock(t, base, up)
 	t0 := time.Now()
 	if err := s.SetImages(images); err != nil {

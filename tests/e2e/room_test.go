@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestGrowthThatDoesNotFit: a growth the node cannot hold leaves the running lock as it is,
@@ -28,7 +30,7 @@ func TestGrowthThatDoesNotFit(t *testing.T) {
 		deletePodNow(t, metav1.NamespaceDefault, "holder")
 		ensureClass(t)
 	})
-	base := resources(baseCPU, baseMemory)
+	base := wrappers.Resources(baseCPU, baseMemory)
 	alloc := nodeAllocatable(t)
 
 	overCPU := alloc.Cpu().DeepCopy()
@@ -39,8 +41,8 @@ func TestGrowthThatDoesNotFit(t *testing.T) {
 		what string
 		want corev1.ResourceList
 	}{
-		{"cpu", resources(overCPU.String(), baseMemory)},
-		{"memory", resources(baseCPU, overMem.String())},
+		{"cpu", wrappers.Resources(overCPU.String(), baseMemory)},
+		{"memory", wrappers.Resources(baseCPU, overMem.String())},
 	} {
 		w := watchLock(t, base, base) // the lock must keep the old size all along
 		setClassResources(t, tc.want)
@@ -60,7 +62,7 @@ func TestGrowthThatDoesNotFit(t *testing.T) {
 	fill := free(t)[corev1.ResourceCPU]
 	fill.Sub(resource.MustParse("300m"))
 	createRunning(t, regularPod("holder", corev1.ResourceList{corev1.ResourceCPU: fill, corev1.ResourceMemory: resource.MustParse("16Mi")}))
-	grown := resources("1100m", baseMemory)
+	grown := wrappers.Resources("1100m", baseMemory)
 	w := watchLock(t, base, grown)
 	setClassResources(t, grown)
 	p := waitDeferred(t, "InsufficientRoom", "cpu: asked 1100m", "default/holder")
@@ -94,13 +96,13 @@ func TestGrowthKubeletRefuses(t *testing.T) {
 		deletePodNow(t, metav1.NamespaceDefault, "preempted")
 		ensureClass(t)
 	})
-	base := resources(baseCPU, baseMemory)
+	base := wrappers.Resources(baseCPU, baseMemory)
 	alloc := nodeAllocatable(t)
 	over := alloc.Cpu().DeepCopy()
 	over.Add(resource.MustParse("1"))
 
 	w := watchLock(t, base, base)
-	setClassResources(t, resources(over.String(), baseMemory))
+	setClassResources(t, wrappers.Resources(over.String(), baseMemory))
 	p := waitDeferred(t, "RejectedByKubelet", "kubelet refused placeholder pod", "")
 	t.Logf("kubelet refused the growth: %s", p.Status.Resize.DeferredReason)
 	holdsOldLock(t, base)
@@ -112,7 +114,7 @@ func TestGrowthKubeletRefuses(t *testing.T) {
 	fill := free(t)[corev1.ResourceCPU]
 	fill.Sub(resource.MustParse("100m"))
 	createRunning(t, regularPod("preempted", corev1.ResourceList{corev1.ResourceCPU: fill, corev1.ResourceMemory: resource.MustParse("16Mi")}))
-	grown := resources("900m", baseMemory)
+	grown := wrappers.Resources("900m", baseMemory)
 	w = watchLock(t, base, grown)
 	setClassResources(t, grown)
 	eventually(t, "kubelet preempts the regular pod for the growth", time.Minute, func() (bool, string) {
@@ -163,7 +165,7 @@ func holdsOldLock(t testing.TB, want corev1.ResourceList) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := requestsOf(pods...)
+	got := support.Requests(pods...)
 	node := allocated(t)
 	ok := len(pods) == 1 && podReady(&pods[0]) && equalLists(got, want) && equalLists(kl, want) &&
 		node.Cpu().Cmp(want[corev1.ResourceCPU]) >= 0 && node.Memory().Cmp(want[corev1.ResourceMemory]) >= 0

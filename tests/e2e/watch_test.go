@@ -19,6 +19,7 @@ import (
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // sampleEvery is how often each of the lock watcher's views is read.
@@ -188,7 +189,7 @@ func (w *lockWatch) sampleKubelet() {
 		}
 		w.mu.Unlock()
 		if !skip {
-			w.judge(viewKubelet, time.Now(), requestsOf(live...), smaller(before, after), podsSeen(pods))
+			w.judge(viewKubelet, time.Now(), support.Requests(live...), smaller(before, after), podsSeen(pods))
 		}
 	}
 }
@@ -250,7 +251,7 @@ func (w *lockWatch) judgePods(ctx context.Context, pods map[types.UID]corev1.Pod
 	for _, p := range pods {
 		seen = append(seen, p)
 	}
-	w.judge(viewScheduler, time.Now(), requestsOf(live...), appliedNow(c), podsSeen(seen))
+	w.judge(viewScheduler, time.Now(), support.Requests(live...), appliedNow(c), podsSeen(seen))
 }
 
 // podsSeen names the pool's pods among pods with their phases, for a failure message.
@@ -398,7 +399,7 @@ func kubeletLock(ctx context.Context) (corev1.ResourceList, error) {
 	if err != nil {
 		return nil, err
 	}
-	return requestsOf(livePoolPods(pods)...), nil
+	return support.Requests(livePoolPods(pods)...), nil
 }
 
 // livePoolPods are the pool's pods among pods that have not failed or succeeded.

@@ -22,6 +22,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // A status writer: a second node, with no kubelet, whose "agent" is the test — it renews
@@ -71,7 +72,7 @@ func startStatusWriter(t *testing.T) *statusWriter {
 	if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	class := newClass(resources("100m", "64Mi"))
+	class := newClass(wrappers.Resources("100m", "64Mi"))
 	class.Name = writerClass
 	class.Spec.Selector.MatchLabels = map[string]string{nodeLabelKey: writerNode}
 	if err := k8s.Create(ctx, class); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -10,13 +10,11 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +23,8 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 const controllerUser = "system:serviceaccount:sandbox-pool-system:sandbox-pool-controller"
@@ -55,7 +55,7 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	if binary, err = framework.BuildBinary(cp.Root, dir, "./cmd/sandboxpool-controller"); err != nil {
+	if binary, err = support.BuildBinary(cp.Root, dir, "./cmd/sandboxpool-controller"); err != nil {
 		return err
 	}
 	kubeconfig, err = cp.KubeconfigFor(dir, controllerUser, "system:serviceaccounts",
@@ -64,13 +64,13 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 }
 
 type replica struct {
-	*framework.Process
+	*support.Proc
 	probe, metrics string
 }
 
 func startReplica(t *testing.T, name string) replica {
-	r := replica{probe: framework.FreeAddr(t), metrics: framework.FreeAddr(t)}
-	r.Process = framework.StartProcess(t, name, binary, "--kubeconfig", kubeconfig,
+	r := replica{probe: support.FreeAddr(t), metrics: support.FreeAddr(t)}
+	r.Proc = support.StartProcess(t, name, binary, "--kubeconfig", kubeconfig,
 		"--leader-elect", "--leader-lease-duration=4s", "--leader-renew-deadline=3s", "--leader-retry-period=500ms",
 		"--health-probe-bind-address", r.probe, "--metrics-bind-address", r.metrics, "--zap-devel")
 	return r
@@ -79,7 +79,7 @@ func startReplica(t *testing.T, name string) replica {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	framework.Eventually(t, what, within, 50*time.Millisecond, cond)
+	support.Eventually(t, what, within, 50*time.Millisecond, cond)
 }
 
 func leaderIdentity(t *testing.T) string {
@@ -142,22 +142,14 @@ func TestLeaderFailover(t *testing.T) {
 	b := startReplica(t, "replica-b")
 	for _, r := range []replica{a, b} {
 		eventually(t, r.Name+" healthy and ready", 30*time.Second, func() (bool, string) {
-			h, hb := framework.HTTPGet("http://" + r.probe + "/healthz")
-			rd, rb := framework.HTTPGet("http://" + r.probe + "/readyz")
+			h, hb := support.HTTPGet("http://" + r.probe + "/healthz")
+			rd, rb := support.HTTPGet("http://" + r.probe + "/readyz")
 			return h == http.StatusOK && rd == http.StatusOK, fmt.Sprintf("healthz %d %s, readyz %d %s", h, hb, rd, rb)
 		})
 	}
 
 	createNodes(t, 0, 10)
-	class := &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "ha"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "ha"}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi"),
-			}},
-		},
-	}
+	class := wrappers.MakeClass("ha").Selector("pool", "ha").Resources("1", "1Gi").Obj()
 	if err := admin.Create(ctx, class); err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +158,8 @@ func TestLeaderFailover(t *testing.T) {
 		return slices.Equal(got, wantNodes(10)), fmt.Sprint(got)
 	})
 	// Only the leader reconciles: exactly one replica reports the class's pools.
-	_, ma := framework.HTTPGet("http://" + a.metrics + "/metrics")
-	_, mb := framework.HTTPGet("http://" + b.metrics + "/metrics")
+	_, ma := support.HTTPGet("http://" + a.metrics + "/metrics")
+	_, mb := support.HTTPGet("http://" + b.metrics + "/metrics")
 	if strings.Contains(ma, `sandboxpool_pools{class="ha"`) == strings.Contains(mb, `sandboxpool_pools{class="ha"`) {
 		t.Fatalf("want exactly one replica (the leader) with class metrics; a has them: %v, b has them: %v",
 			strings.Contains(ma, `class="ha"`), strings.Contains(mb, `class="ha"`))
@@ -177,7 +169,7 @@ func TestLeaderFailover(t *testing.T) {
 	if strings.Contains(mb, `class="ha"`) {
 		leader, follower = b, a
 	}
-	if err := leader.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
+	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -196,7 +188,7 @@ func TestLeaderFailover(t *testing.T) {
 		return class.Status.TotalSandboxPools == 20, fmt.Sprintf("%+v", class.Status)
 	})
 	eventually(t, "the new leader's metrics count 20 pools of class ha", 10*time.Second, func() (bool, string) {
-		_, m := framework.HTTPGet("http://" + follower.metrics + "/metrics")
+		_, m := support.HTTPGet("http://" + follower.metrics + "/metrics")
 		lines := grep(m, `sandboxpool_pools{class="ha"`)
 		total := 0.0
 		for l := range strings.SplitSeq(lines, "\n") {

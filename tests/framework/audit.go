@@ -21,14 +21,20 @@ rules:
 - level: None
 `
 
-// WithAuditLog makes the API server write an audit log of every write request to path, so
-// a test can count the writes of one identity (AuditEvents).
-func WithAuditLog(path string) Option {
+// auditDirPrefix names the temporary directory of WithAuditLog, removed by Stop.
+const auditDirPrefix = "sandboxpool-audit-"
+
+// WithAuditLog makes the API server write an audit log of every write request into a
+// temporary directory (ControlPlane.AuditLog; Stop removes it), so a test can count the
+// writes of one identity (AuditEvents).
+func WithAuditLog() Option {
 	return func(env *envtest.Environment, _ string) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			panic(err) // only reached from TestMain set-up with a path the test chose
+		dir, err := os.MkdirTemp("", auditDirPrefix)
+		if err != nil {
+			panic(err) // only reached from TestMain set-up
 		}
-		policy := filepath.Join(filepath.Dir(path), "audit-policy.yaml")
+		path := filepath.Join(dir, "audit.log")
+		policy := filepath.Join(dir, "audit-policy.yaml")
 		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
 			panic(err)
 		}
@@ -37,6 +43,14 @@ func WithAuditLog(path string) Option {
 		args.Set("audit-log-path", path)
 		args.Set("audit-log-mode", "blocking") // every event is on disk when the response is
 	}
+}
+
+// AuditLog is the path of the API server's audit log (WithAuditLog), "" without one.
+func (c *ControlPlane) AuditLog() string {
+	if path := c.Env.ControlPlane.GetAPIServer().Configure().Get("audit-log-path").Get(nil); len(path) == 1 {
+		return path[0]
+	}
+	return ""
 }
 
 // AuditEvent is the part of an audit.k8s.io/v1 Event the tests read.

@@ -193,7 +193,11 @@ func (c *ControlPlane) Stop() error {
 	if c.kubeconfig != "" {
 		_ = os.RemoveAll(filepath.Dir(c.kubeconfig))
 	}
-	return c.Env.Stop()
+	err := c.Env.Stop()
+	if log := c.AuditLog(); strings.HasPrefix(filepath.Base(filepath.Dir(log)), auditDirPrefix) {
+		_ = os.RemoveAll(filepath.Dir(log))
+	}
+	return err
 }
 
 // Suite is a test package's control plane, started once by Run.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/webhook"
 )
 
@@ -53,12 +54,10 @@ func (c *ControlPlane) StartWebhook(ctx context.Context, opts webhook.Options, l
 	opts.Addr = net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
 	opts.CertDir = wo.LocalServingCertDir
 	for _, addr := range []*string{&opts.MetricsAddr, &opts.HealthAddr} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+		var err error
+		if *addr, err = support.PickFreeAddr(); err != nil {
 			return err
 		}
-		*addr = l.Addr().String()
-		_ = l.Close()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- webhook.Run(ctx, c.Config, opts, log) }()

@@ -22,21 +22,9 @@ import (
 
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
-
-// newClass selects the nodes labelled selectorLabel=name.
-func newClass(name, cpu string) *v1alpha1.SandboxPoolClass {
-	return &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{selectorLabel: name}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi"),
-			}},
-		},
-	}
-}
 
 const selectorLabel = "sandbox.test/class"
 
@@ -66,7 +54,7 @@ func poolsOfClass(t *testing.T, class string) []v1alpha1.SandboxPool {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	framework.Eventually(t, what, within, 25*time.Millisecond, cond)
+	support.Eventually(t, what, within, 25*time.Millisecond, cond)
 }
 
 // classEvents lists the events.k8s.io events about an object with the reason.
@@ -133,7 +121,7 @@ func TestClassFanOut(t *testing.T) {
 	}
 	createNode(t, "fan-unselected", map[string]string{selectorLabel: "someone-else"})
 
-	c := newClass(class, "2")
+	c := wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("2", "1Gi").Obj()
 	start := time.Now()
 	if err := admin.Create(ctx, c); err != nil {
 		t.Fatal(err)
@@ -244,7 +232,7 @@ func TestConcurrentClassesOneNode(t *testing.T) {
 		node := fmt.Sprintf("contested-%02d", i)
 		a, b := fmt.Sprintf("race-a-%02d", i), fmt.Sprintf("race-b-%02d", i)
 		createNode(t, node, map[string]string{selectorLabel + "-a": a, selectorLabel + "-b": b})
-		ca, cb := newClass(a, "1"), newClass(b, "1")
+		ca, cb := wrappers.MakeClass(a).Selector(selectorLabel, a).Resources("1", "1Gi").Obj(), wrappers.MakeClass(b).Selector(selectorLabel, b).Resources("1", "1Gi").Obj()
 		ca.Spec.Selector.MatchLabels = map[string]string{selectorLabel + "-a": a}
 		cb.Spec.Selector.MatchLabels = map[string]string{selectorLabel + "-b": b}
 
@@ -311,7 +299,7 @@ func TestPriorityClassResolved(t *testing.T) {
 	ctx := context.Background()
 	const class, node, pcName = "prio", "prio-node", "sandbox-test-high"
 	createNode(t, node, map[string]string{selectorLabel: class})
-	c := newClass(class, "1")
+	c := wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()
 	c.Spec.PlaceholderPod.PriorityClassName = pcName
 	if err := admin.Create(ctx, c); err != nil {
 		t.Fatal(err)
@@ -348,7 +336,7 @@ func TestFinalizerTimeout(t *testing.T) {
 	ctx := context.Background()
 	const class, node = "stuck", "stuck-node"
 	createNode(t, node, map[string]string{selectorLabel: class})
-	if err := admin.Create(ctx, newClass(class, "1")); err != nil {
+	if err := admin.Create(ctx, wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteClassAndWait(t, class) })

@@ -16,6 +16,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // idlePeriod is how long the healthy pools are watched for controller writes (the issue
@@ -36,7 +37,7 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 		createNode(t, node, map[string]string{selectorLabel: class})
 		pools = append(pools, naming.PoolName(node))
 	}
-	if err := admin.Create(ctx, newClass(class, "1")); err != nil {
+	if err := admin.Create(ctx, wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteClassAndWait(t, class) })
@@ -79,7 +80,7 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	renewals.Wait()
 	count := <-renewed
 
-	events, err := framework.AuditEvents(auditLog, from, to)
+	events, err := framework.AuditEvents(suite.CP.AuditLog(), from, to)
 	if err != nil {
 		t.Fatal(err)
 	}

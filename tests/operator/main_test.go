@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,20 +37,10 @@ var (
 	suite  framework.Suite
 	scheme = runtime.NewScheme()
 	admin  client.Client
-	// auditLog records every write request the API server serves.
-	auditLog string
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandboxpool-operator-audit-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	auditLog = filepath.Join(dir, "audit.log")
-	code := framework.Run(m, &suite, setUp, framework.WithAuditLog(auditLog))
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(framework.Run(m, &suite, setUp, framework.WithAuditLog()))
 }
 
 func setUp(ctx context.Context, cp *framework.ControlPlane) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentcube/sandboxpool/operator"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestPoolOfGoneNodeDeleted: two nodes of a class are deleted. The pool of the one whose
@@ -34,7 +35,7 @@ func TestPoolOfGoneNodeDeleted(t *testing.T) {
 	labels := map[string]string{selectorLabel: class}
 	createNode(t, quiet, labels)
 	createNode(t, renewing, labels)
-	if err := admin.Create(ctx, newClass(class, "1")); err != nil {
+	if err := admin.Create(ctx, wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteClassAndWait(t, class) })

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,19 +20,9 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
-
-func newPool(node string) *v1alpha1.SandboxPool {
-	return &v1alpha1.SandboxPool{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(node)},
-		Spec: v1alpha1.SandboxPoolSpec{
-			ClassRef: v1alpha1.ClassRef{Name: "c1"}, NodeName: node,
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
-			}},
-		},
-	}
-}
 
 // agentReports applies the agent's conditions as the agent's field manager.
 func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
@@ -93,18 +82,13 @@ func renewLeaseAs(t *testing.T, pool, holder string) {
 // waitFor polls the pool until cond holds or the deadline passes.
 func waitFor(t *testing.T, name, what string, within time.Duration, cond func(*v1alpha1.SandboxPool) bool) *v1alpha1.SandboxPool {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var p v1alpha1.SandboxPool
-	for {
-		if err := admin.Get(context.Background(), types.NamespacedName{Name: name}, &p); err == nil && cond(&p) {
-			return &p
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(p.Status, "", "  ")
-			t.Fatalf("%s: not within %s; status:\n%s", what, within, b)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+	support.Eventually(t, what, within, 20*time.Millisecond, func() (bool, string) {
+		err := admin.Get(context.Background(), types.NamespacedName{Name: name}, &p)
+		b, _ := json.MarshalIndent(p.Status, "", "  ")
+		return err == nil && cond(&p), fmt.Sprintf("get: %v; status:\n%s", err, b)
+	})
+	return &p
 }
 
 func phaseIs(ph v1alpha1.SandboxPoolPhase, condType string, status metav1.ConditionStatus, reason string) func(*v1alpha1.SandboxPool) bool {
@@ -150,10 +134,10 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	ctx := context.Background()
 	const node = "op-node-1"
 	name := naming.PoolName(node)
-	if err := admin.Create(ctx, newPool(node)); err != nil {
+	if err := admin.Create(ctx, wrappers.MakePool(node).Class("c1").Resources("2", "4Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
+	t.Cleanup(func() { _ = admin.Delete(ctx, wrappers.MakePool(node).Class("c1").Resources("2", "4Gi").Obj()) })
 
 	waitFor(t, name, "no node → Unready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionTrue, "NodeNotFound"))
@@ -250,10 +234,10 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
-	if err := admin.Create(ctx, newPool(node)); err != nil {
+	if err := admin.Create(ctx, wrappers.MakePool(node).Class("c1").Resources("2", "4Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, newPool(node)) })
+	t.Cleanup(func() { _ = admin.Delete(ctx, wrappers.MakePool(node).Class("c1").Resources("2", "4Gi").Obj()) })
 	agentReports(t, name, metav1.ConditionTrue)
 	renewLease(t, name)
 	waitFor(t, name, "its node's Lease → Ready", 10*time.Second,

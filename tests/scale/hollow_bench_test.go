@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +32,8 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // Settings of the hollow-node scale runs (make bench-scale), from the environment.
@@ -196,11 +198,7 @@ func runHollowSize(t *testing.T, n int, largest bool, kcm string) *scaleResult {
 	// 1a. The physical limit: a plain, unthrottled create loop of the N pools, then removed.
 	start = time.Now()
 	if err := hollow.Parallel(n, loopWorkers, func(i int) error {
-		return e.admin.Create(ctx, &v1alpha1.SandboxPool{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(names[i])},
-			Spec: v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "plain"}, NodeName: names[i],
-				ResourcePolicy: policyOf("1", "1Gi")},
-		})
+		return e.admin.Create(ctx, wrappers.MakePool(names[i]).Class("plain").Resources("1", "1Gi").Obj())
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -303,8 +301,8 @@ func usages(t *testing.T, pids map[string]int) map[string]framework.Usage {
 }
 
 // startControllerProcess runs the sandboxpool-controller binary as its service account.
-func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *framework.Process {
-	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
+func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *support.Proc {
+	bin, err := support.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +310,7 @@ func startControllerProcess(t *testing.T, e *env, ttl time.Duration) *framework.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return framework.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
+	return support.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--lease-ttl="+ttl.String(),
 		fmt.Sprintf("--kube-api-qps=%d", benchQPS), fmt.Sprintf("--kube-api-burst=%d", benchBurst))
 }
@@ -334,10 +332,10 @@ func daemonSetFanout(t *testing.T, ctx context.Context, e *env, kcm string, n in
 	if _, stderr, err := e.cp.Kubectl(ctx, nil, "create", "serviceaccount", "default", "-n", dsNamespace); err != nil {
 		t.Fatalf("service account: %v: %s", err, stderr)
 	}
-	proc := framework.StartProcess(t, "kube-controller-manager", kcm, "--kubeconfig", kc, "--controllers=daemonset",
+	proc := support.StartProcess(t, "kube-controller-manager", kcm, "--kubeconfig", kc, "--controllers=daemonset",
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
 		fmt.Sprintf("--kube-api-qps=%d", benchQPS), fmt.Sprintf("--kube-api-burst=%d", benchBurst))
-	defer func() { _ = proc.Stop(syscall.SIGTERM, 15*time.Second) }()
+	defer func() { _ = proc.Stop(15 * time.Second) }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	events := watchAll(t, wctx, e.admin, func() client.ObjectList { return &corev1.PodList{} }, client.InNamespace(dsNamespace))
@@ -381,7 +379,7 @@ func classFanout(t *testing.T, ctx context.Context, e *env, n int, limit time.Du
 	defer stopWatch()
 	events := watchAll(t, wctx, e.admin, func() client.ObjectList { return &v1alpha1.SandboxPoolList{} })
 	start := time.Now()
-	if err := e.admin.Create(ctx, newClass("scale", "scale", "1", "1Gi")); err != nil {
+	if err := e.admin.Create(ctx, wrappers.MakeClass("scale").Selector("pool", "scale").Resources("1", "1Gi").Obj()); err != nil {
 		t.Fatal(err)
 	}
 	seen, isReady := map[string]bool{}, map[string]bool{}
@@ -510,11 +508,11 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 		watched[node] = true
 	}
 	snap, applied, status = limit, limit, limit
-	deadline := start.Add(limit)
-	for time.Now().Before(deadline) {
+	// A figure not reached within limit stays limit: the poll's timeout is not a failure.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, limit-time.Since(start), true, func(ctx context.Context) (bool, error) {
 		var pools v1alpha1.SandboxPoolList
 		if err := e.admin.List(ctx, &pools); err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		snaps, stats := 0, 0
 		for _, p := range pools.Items {
@@ -545,10 +543,10 @@ func policyChange(t *testing.T, ctx context.Context, e *env, nodes *hollow.Nodes
 		if stats == len(names) && status == limit {
 			status = now
 		}
-		if status < limit && applied < limit && snap < limit {
-			break
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval, bounded by the deadline
+		return status < limit && applied < limit && snap < limit, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		t.Fatal(err)
 	}
 	if status == limit {
 		var pools v1alpha1.SandboxPoolList

@@ -10,11 +10,9 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -27,6 +25,8 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // TestHollowNodes proves the hollow-node mode on a real API server with the real controller
@@ -58,10 +58,10 @@ func TestHollowNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.admin.Create(ctx, newClass("hollow", "hollow", "500m", "256Mi")); err != nil {
+	if err := e.admin.Create(ctx, wrappers.MakeClass("hollow").Selector("pool", "hollow").Resources("500m", "256Mi").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, "every pool Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	support.Eventually(t, "every pool Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
 		return ready == n, state
 	})
@@ -101,7 +101,7 @@ func TestHollowNodes(t *testing.T) {
 	for _, node := range stopped {
 		nodes.StopAgent(node)
 	}
-	took := framework.Eventually(t, "stopped agents' pools unhealthy", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	took := support.Eventually(t, "stopped agents' pools unhealthy", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		unhealthy := unhealthyPools(ctx, e)
 		return len(unhealthy) == len(stopped) && unhealthy[naming.PoolName(stopped[0])] && unhealthy[naming.PoolName(stopped[1])],
 			fmt.Sprintf("unhealthy: %v", unhealthy)
@@ -171,16 +171,6 @@ func shmDir(t testing.TB) string {
 	return dir
 }
 
-func newClass(name, label, cpu, memory string) *v1alpha1.SandboxPoolClass {
-	return &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"pool": label}},
-			ResourcePolicy: policyOf(cpu, memory),
-		},
-	}
-}
-
 // countPhase counts the pools in phase, and describes the phases seen.
 func countPhase(ctx context.Context, e *env, phase v1alpha1.SandboxPoolPhase) (int, string) {
 	var pools v1alpha1.SandboxPoolList
@@ -216,11 +206,6 @@ func unhealthyPools(ctx context.Context, e *env) map[string]bool {
 	return out
 }
 
-func policyOf(cpu, memory string) v1alpha1.ResourcePolicy {
-	return v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}}
-}
-
 // TestHollowNodesCommand runs cmd/hollow-nodes as its own process with its own kubeconfig:
 // it creates the Node objects, and its five hollow nodes' pools reach Ready. The controller
 // is a process too (a second in-process manager would reuse TestHollowNodes' controller
@@ -232,7 +217,7 @@ func TestHollowNodesCommand(t *testing.T) {
 	e := setUpCluster(t, cp)
 	ctx := context.Background()
 	startControllerProcess(t, e, 4*time.Second)
-	bin, err := framework.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
+	bin, err := support.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,12 +225,12 @@ func TestHollowNodesCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.StartProcess(t, "hollow-nodes", bin, "--kubeconfig", kc, "--nodes=5", "--node-prefix=cmd",
+	support.StartProcess(t, "hollow-nodes", bin, "--kubeconfig", kc, "--nodes=5", "--node-prefix=cmd",
 		"--node-label=pool=cmd", "--lease-renew-interval=1s", "--lease-ttl=4s", "--dir", shmDir(t), "--churn=30")
-	if err := e.admin.Create(ctx, newClass("cmd", "cmd", "250m", "128Mi")); err != nil {
+	if err := e.admin.Create(ctx, wrappers.MakeClass("cmd").Selector("pool", "cmd").Resources("250m", "128Mi").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, "the command's five pools Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	support.Eventually(t, "the command's five pools Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
 		return ready == 5, state
 	})

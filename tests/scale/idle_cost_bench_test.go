@@ -24,6 +24,7 @@ import (
 	"github.com/agentcube/sandboxpool/agent/hollow"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // idleNodes is the size of BenchmarkIdleCost's hollow cluster.
@@ -87,7 +88,7 @@ func BenchmarkIdleCost(b *testing.B) {
 		LeaseTTL: leaseTTL, NodeCtlPollInterval: time.Second, Workers: 4}); err != nil {
 		b.Fatal(err)
 	}
-	class := newClass("idle", "idle", "500m", "256Mi")
+	class := wrappers.MakeClass("idle").Selector("pool", "idle").Resources("500m", "256Mi").Obj()
 	if err := e.admin.Create(ctx, class); err != nil {
 		b.Fatal(err)
 	}

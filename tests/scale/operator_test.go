@@ -14,7 +14,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +25,8 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // BenchEnv turns the scale runs on; they take minutes.
@@ -94,14 +95,9 @@ func measure(t *testing.T, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}
 	began := time.Now()
 	if err := hollow.Parallel(n, loopWorkers, func(i int) error {
-		return loop.Create(ctx, &v1alpha1.SandboxPool{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.PoolName(nodeName(i))},
-			Spec:       v1alpha1.SandboxPoolSpec{ClassRef: v1alpha1.ClassRef{Name: "plain"}, NodeName: nodeName(i), ResourcePolicy: policy},
-		})
+		return loop.Create(ctx, wrappers.MakePool(nodeName(i)).Class("plain").Resources("1", "1Gi").Obj())
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +108,7 @@ func measure(t *testing.T, n int) {
 	waitCount(t, e, 0, 2*time.Minute)
 
 	// 2. The controller, as its own process with its own identity and RBAC.
-	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
+	bin, err := support.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-controller")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +116,7 @@ func measure(t *testing.T, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc := framework.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
+	proc := support.StartProcess(t, "controller", bin, "--kubeconfig", kc, "--leader-elect=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		fmt.Sprintf("--kube-api-qps=%d", clientQPS), fmt.Sprintf("--kube-api-burst=%d", clientBurst))
 	// Let it start and sync its caches (N nodes) before the clock starts.
@@ -132,13 +128,7 @@ func measure(t *testing.T, n int) {
 	}
 	defer w.Stop()
 	before := sample(t, proc.Pid())
-	class := &v1alpha1.SandboxPoolClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "scale"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector:       metav1.LabelSelector{MatchLabels: map[string]string{"pool": "scale"}},
-			ResourcePolicy: policy,
-		},
-	}
+	class := wrappers.MakeClass("scale").Selector("pool", "scale").Resources("1", "1Gi").Obj()
 	began = time.Now()
 	if err := e.admin.Create(ctx, class); err != nil {
 		t.Fatal(err)
@@ -175,27 +165,22 @@ func measure(t *testing.T, n int) {
 }
 
 func waitCount(t *testing.T, e *env, want int, within time.Duration) {
-	deadline := time.Now().Add(within)
-	for {
+	t.Helper()
+	support.Eventually(t, fmt.Sprintf("pool count reaches %d", want), within, 200*time.Millisecond, func() (bool, string) {
 		var l metav1.PartialObjectMetadataList
 		l.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolList"))
-		if err := e.admin.List(context.Background(), &l); err == nil && len(l.Items) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool count did not reach %d within %s", want, within)
-		}
-		time.Sleep(200 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+		err := e.admin.List(context.Background(), &l)
+		return err == nil && len(l.Items) == want, fmt.Sprintf("%d pools (list: %v)", len(l.Items), err)
+	})
 }
 
 // waitSettled waits until the class counts every pool and no pool lacks a phase.
 func waitSettled(t *testing.T, e *env, n int) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	t.Helper()
+	support.Eventually(t, "every pool phased and counted", 5*time.Minute, 500*time.Millisecond, func() (bool, string) {
 		var pools v1alpha1.SandboxPoolList
 		if err := e.admin.List(context.Background(), &pools); err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
 		phased := 0
 		for _, p := range pools.Items {
@@ -205,14 +190,9 @@ func waitSettled(t *testing.T, e *env, n int) {
 		}
 		var c v1alpha1.SandboxPoolClass
 		_ = e.admin.Get(context.Background(), types.NamespacedName{Name: "scale"}, &c)
-		if phased == n && c.Status.TotalSandboxPools == int32(n) && c.Status.NotReadySandboxPools == int32(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled: %d of %d pools have a phase; class %+v", phased, n, c.Status)
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval, bounded by the deadline
-	}
+		return phased == n && c.Status.TotalSandboxPools == int32(n) && c.Status.NotReadySandboxPools == int32(n),
+			fmt.Sprintf("%d of %d pools have a phase; class %+v", phased, n, c.Status)
+	})
 }
 
 // phaseLag flips the agent's PlaceholderPodReady condition on k pools (with fresh Leases) and

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
-	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // probeRate is the webhook probe's request rate: low enough not to add load of its own.
@@ -36,7 +35,7 @@ func webhookUnderLoad(t *testing.T, ctx context.Context, e *env, node string, wi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = wo.Cleanup() })
-	bin, err := framework.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-webhook")
+	bin, err := support.BuildBinary(e.cp.Root, e.dir, "./cmd/sandboxpool-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +43,13 @@ func webhookUnderLoad(t *testing.T, ctx context.Context, e *env, node string, wi
 	if err != nil {
 		t.Fatal(err)
 	}
-	health := framework.FreeAddr(t)
-	proc := framework.StartProcess(t, "webhook", bin, "--kubeconfig", kc,
+	health := support.FreeAddr(t)
+	proc := support.StartProcess(t, "webhook", bin, "--kubeconfig", kc,
 		"--addr", net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)), "--cert-dir", wo.LocalServingCertDir,
-		"--metrics-addr", framework.FreeAddr(t), "--health-addr", health, "--controller-usernames", controllerUser)
-	defer func() { _ = proc.Stop(syscall.SIGTERM, 15*time.Second) }()
-	framework.Eventually(t, "webhook ready", 2*time.Minute, 100*time.Millisecond, func() (bool, string) {
-		code, body := framework.HTTPGet("http://" + health + "/readyz")
+		"--metrics-addr", support.FreeAddr(t), "--health-addr", health, "--controller-usernames", controllerUser)
+	defer func() { _ = proc.Stop(15 * time.Second) }()
+	support.Eventually(t, "webhook ready", 2*time.Minute, 100*time.Millisecond, func() (bool, string) {
+		code, body := support.HTTPGet("http://" + health + "/readyz")
 		return code == http.StatusOK, body
 	})
 	if err := wo.Install(e.cp.Config); err != nil {
@@ -89,7 +88,7 @@ func webhookUnderLoad(t *testing.T, ctx context.Context, e *env, node string, wi
 	for _, c := range wo.ValidatingWebhooks {
 		_ = e.admin.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: c.Name}})
 	}
-	framework.Eventually(t, "webhook configuration removed", time.Minute, 100*time.Millisecond, func() (bool, string) {
+	support.Eventually(t, "webhook configuration removed", time.Minute, 100*time.Millisecond, func() (bool, string) {
 		var l admissionregistrationv1.ValidatingWebhookConfigurationList
 		err := e.admin.List(ctx, &l)
 		return err == nil && len(l.Items) == 0, fmt.Sprint(err)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,20 +58,7 @@ func setUp(t *testing.T) *env {
 	if buildErr != nil {
 		t.Fatalf("building the shims and the pause image: %v", buildErr)
 	}
-	dir, err := os.MkdirTemp("/tmp", "agt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	agent, err := shimapitest.Start(filepath.Join(dir, "agent.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := agent.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	agent := shimapitest.StartTest(t)
 	ctd := containerdtest.Start(t, containerdtest.Options{
 		Artifacts: artifacts, AgentAddress: agent.Address(), AgentTimeout: agentTimeout,
 	})

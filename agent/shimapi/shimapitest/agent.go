@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/containerd/errdefs/pkg/errgrpc"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Methods of the PlaceholderShim service, as recorded in Call.Method.
@@ -82,6 +85,22 @@ func Start(address string) (*Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// StartTest serves the double on a socket in a short temporary directory for t; t's
+// cleanup closes it and reports an error closing it.
+func StartTest(t testing.TB) *Agent {
+	t.Helper()
+	a, err := Start(filepath.Join(support.ShortTempDir(t), "agent.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return a
 }
 
 // Address is where the double serves.

@@ -18,7 +18,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -26,6 +25,8 @@ import (
 	"github.com/agentcube/sandboxpool/hack/images/oci"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
+	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
 // The cluster half runs as a cluster runs it: the API server listens on the node's address
@@ -384,16 +385,7 @@ func (s *Stack) RolledOut(ctx context.Context, name string) (bool, string) {
 // WebhookAnswers makes the API server call the webhook: a dry-run create of a class (a
 // dry run calls webhooks without side effects). An answer, allow or deny, is enough.
 func (s *Stack) WebhookAnswers(ctx context.Context) error {
-	class := &v1alpha1.SandboxPoolClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "SandboxPoolClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: "stack-webhook-probe"},
-		Spec: v1alpha1.SandboxPoolClassSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"sandboxpool.e2e/probe": "none"}},
-			ResourcePolicy: v1alpha1.ResourcePolicy{Resources: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-			}},
-		},
-	}
+	class := wrappers.MakeClass("stack-webhook-probe").Selector("sandboxpool.e2e/probe", "none").Resources("100m", "64Mi").Obj()
 	body, err := yaml.Marshal(class)
 	if err != nil {
 		return err
@@ -470,7 +462,7 @@ func (s *Stack) PodLog(namespace, name string, n int) string {
 		files, _ := filepath.Glob(filepath.Join(d, "*", "*.log"))
 		slices.Sort(files)
 		for _, f := range files {
-			fmt.Fprintf(&b, "== %s\n%s\n", f, tail(f, n))
+			fmt.Fprintf(&b, "== %s\n%s\n", f, support.Tail(f, n))
 		}
 	}
 	return b.String()

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -14,10 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
-	"github.com/agentcube/sandboxpool/hack/pause/image"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
 
@@ -161,32 +163,10 @@ func writeContainerdConfig(p nodePaths) error {
 	if err := os.MkdirAll(p.containerd, 0o755); err != nil {
 		return err
 	}
-	config := fmt.Sprintf(`version = 4
-root = '%[1]s/root'
-state = '%[1]s/state'
-imports = ['%[2]s/*.toml']
-
-[plugins]
-  [plugins.'io.containerd.server.v1.grpc']
-    address = '%[3]s'
-  [plugins.'io.containerd.server.v1.ttrpc']
-    address = '%[3]s.ttrpc'
-  [plugins.'io.containerd.internal.v1.opt']
-    path = '%[1]s/opt'
-  [plugins.'io.containerd.nri.v1.nri']
-    disable = true
-  [plugins.'io.containerd.shim.v1.manager']
-    socket_dir = '%[1]s/s'
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = '%[4]s'
-  [plugins.'io.containerd.cri.v1.runtime']
-    # This VM lacks CAP_SYS_RESOURCE: every runc sandbox fails without it.
-    restrict_oom_score_adj = true
-    netns_mounts_under_state_dir = true
-    [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ['%[5]s']
-      conf_dir = '%[6]s'
-`, p.containerd, p.containerdConfD, p.socket, image.Name, CNIBinDir, p.cniConf)
+	config := containerdtest.Config(containerdtest.ConfigOptions{
+		Dir: p.containerd, Address: p.socket, Imports: []string{p.containerdConfD + "/*.toml"},
+		CNIBinDir: CNIBinDir, CNIConfDir: p.cniConf,
+	})
 	return os.WriteFile(filepath.Join(p.containerd, "config.toml"), []byte(config), 0o644)
 }
 
@@ -320,21 +300,23 @@ func removeCgroup(path string) error {
 	return errors.Join(errs...)
 }
 
+// rmdirCgroup kills what still runs in the cgroup dir and removes it, trying for 5 s (the
+// kernel removes a cgroup only once its last process is gone).
 func rmdirCgroup(dir string) error {
 	var err error
-	for range 50 {
+	if wait.PollUntilContextTimeout(context.Background(), pollInterval, 5*time.Second, true, func(context.Context) (bool, error) {
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		for f := range strings.FieldsSeq(string(b)) {
 			if pid, perr := strconv.Atoi(f); perr == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		if err = syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
-			return nil
-		}
-		sleepPoll()
+		err = syscall.Rmdir(dir)
+		return err == nil || errors.Is(err, syscall.ENOENT), nil
+	}) != nil {
+		return fmt.Errorf("removing cgroup %s: %w", dir, err)
 	}
-	return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	return nil
 }
 
 // unmountAll detaches everything mounted below dir — container root file systems, network

@@ -4,186 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
+
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Proc is one component of the stack run as a child process, with its output appended to
-// a log file. Its methods are safe for concurrent use.
-type Proc struct {
-	// Name names the component (and its log file, <LogDir>/<Name>.log).
-	Name string
-	// Log is the log file's path.
-	Log string
+// <LogDir>/<Name>.log.
+type Proc = support.Proc
 
-	env []string
-
-	mu      sync.Mutex // guards bin, args, cmd and exited
-	bin     string
-	args    []string
-	cmd     *exec.Cmd     // nil before the first start
-	exited  chan struct{} // closed when cmd has been waited for
-	waitErr error         // cmd.Wait's result, set before exited is closed
-}
-
+// newProc is the component name: its own process group, so a terminal's ^C reaches the
+// runner only, which stops the components in order; killed when the runner dies (a crashed
+// test binary), so no component outlives it (TearDown then removes the rest).
 func newProc(name, logDir, bin string, args []string, env ...string) *Proc {
-	return &Proc{Name: name, Log: filepath.Join(logDir, name+".log"), bin: bin, args: args, env: env}
-}
-
-// setCommand sets the command line of the next start.
-func (p *Proc) setCommand(bin string, args []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.bin, p.args = bin, args
-}
-
-// Start starts the process (again, after it exited).
-func (p *Proc) Start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil && !closed(p.exited) {
-		return fmt.Errorf("%s is already running (pid %d)", p.Name, p.cmd.Process.Pid)
-	}
-	logFile, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close() // the child holds its own descriptor
-	fmt.Fprintf(logFile, "=== %s starting %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, strings.Join(p.args, " "))
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Env = append(os.Environ(), p.env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, so a terminal's ^C reaches the runner only, which stops the
-	// components in order; killed when the runner dies (a crashed test binary), so no
-	// component outlives it (TearDown then removes the rest).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", p.Name, err)
-	}
-	exited := make(chan struct{})
-	p.cmd, p.exited = cmd, exited
-	go func() {
-		err := cmd.Wait()
-		p.mu.Lock()
-		p.waitErr = err
-		p.mu.Unlock()
-		close(exited)
-	}()
-	return nil
-}
-
-// Running reports whether the process has been started and has not exited.
-func (p *Proc) Running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd != nil && !closed(p.exited)
-}
-
-// Pid is the process id of the current (or last) run, 0 before the first start.
-func (p *Proc) Pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-// Exited is closed when the current run has exited.
-func (p *Proc) Exited() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	return p.exited
-}
-
-// Signal sends sig to the running process; it does nothing when the process is not running.
-func (p *Proc) Signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil && !closed(p.exited) {
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
-
-// Stop sends SIGTERM, waits up to grace for the exit, then SIGKILLs and waits.
-func (p *Proc) Stop(grace time.Duration) error {
-	if !p.Running() {
-		return nil
-	}
-	p.Signal(syscall.SIGTERM)
-	select {
-	case <-p.Exited():
-		return nil
-	case <-time.After(grace):
-	}
-	p.Signal(syscall.SIGKILL)
-	select {
-	case <-p.Exited():
-		return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.Name, grace)
-	case <-time.After(15 * time.Second):
-		return fmt.Errorf("%s (pid %d) survived SIGKILL", p.Name, p.Pid())
-	}
-}
-
-// Kill sends SIGKILL and waits for the process to be gone: a crash.
-func (p *Proc) Kill() error {
-	if !p.Running() {
-		return nil
-	}
-	p.Signal(syscall.SIGKILL)
-	select {
-	case <-p.Exited():
-		return nil
-	case <-time.After(15 * time.Second):
-		return fmt.Errorf("%s (pid %d) survived SIGKILL", p.Name, p.Pid())
-	}
-}
-
-// Restart stops the process gracefully and starts it again.
-func (p *Proc) Restart(grace time.Duration) error {
-	if err := p.Stop(grace); err != nil {
-		return err
-	}
-	return p.Start()
-}
-
-// Tail is the last n lines of the log.
-func (p *Proc) Tail(n int) string { return tail(p.Log, n) }
-
-// Record is the process as the state file keeps it.
-func (p *Proc) Record() ProcessRecord {
-	return RecordOf(p.Name, p.Pid())
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(reading %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
+	p := support.NewProc(name, filepath.Join(logDir, name+".log"), bin, args)
+	p.Env = env
+	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return p
 }
 
 // ProcessRecord identifies a process across PID reuse: its pid with the start time the

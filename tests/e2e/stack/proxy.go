@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // kube-proxy runs on the node as a host process, like kubelet (a DaemonSet would need its
@@ -46,11 +48,15 @@ type kubeProxyConfig struct {
 // pod network (the traffic kube-proxy treats as local), and the healthz address Ready
 // waits on.
 func (s *Stack) writeKubeProxyConfig(kubeconfig, healthz string) error {
+	metrics, err := support.PickFreeAddr()
+	if err != nil {
+		return err
+	}
 	c := kubeProxyConfig{
 		APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration",
 		HostnameOverride: s.Opts.NodeName, Mode: "iptables",
 		ClusterCIDR: s.Network.Subnet, DetectLocalMode: "ClusterCIDR",
-		HealthzBindAddress: healthz, MetricsBindAddress: freeAddr(),
+		HealthzBindAddress: healthz, MetricsBindAddress: metrics,
 		IPTables:  map[string]any{"localhostNodePorts": false},
 		Conntrack: map[string]any{"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
 	}

@@ -33,6 +33,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -43,6 +44,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // Timers are the components' timers. Tests shorten the ones of minutes.
@@ -249,11 +251,8 @@ func (s *Stack) build(ctx context.Context) error {
 		}
 		s.bin = filepath.Join(s.Opts.Dir, "bin")
 		s.Opts.Logf("building the node's binaries into %s", s.bin)
-		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-o", s.bin + "/"}, NodeBinaries...)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building the binaries: %w\n%s", err, out)
+		if err := (support.GoBuild{Dir: root, Out: s.bin, Static: true}).Run(ctx, NodeBinaries...); err != nil {
+			return fmt.Errorf("building the binaries: %w", err)
 		}
 	}
 	for _, pkg := range NodeBinaries {
@@ -281,7 +280,10 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 	if err := writeContainerdConfig(p); err != nil {
 		return err
 	}
-	s.kubeletReadOnly = freeAddr()
+	var err error
+	if s.kubeletReadOnly, err = support.PickFreeAddr(); err != nil {
+		return err
+	}
 	_, port, err := net.SplitHostPort(s.kubeletReadOnly)
 	if err != nil {
 		return err
@@ -315,11 +317,15 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 	if err := pointAt(proxyKC, "https://"+s.link.addr); err != nil {
 		return err
 	}
-	s.proxyHealthz = freeAddr()
+	if s.proxyHealthz, err = support.PickFreeAddr(); err != nil {
+		return err
+	}
 	if err := s.writeKubeProxyConfig(proxyKC, s.proxyHealthz); err != nil {
 		return err
 	}
-	s.agentHealthz = freeAddr()
+	if s.agentHealthz, err = support.PickFreeAddr(); err != nil {
+		return err
+	}
 	if err := s.installNode(ctx, kc); err != nil {
 		return err
 	}
@@ -371,7 +377,7 @@ func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 // again on this, the only node (none of it happens while the API server is unreachable).
 func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	o, p := s.Opts, s.paths
-	o.Logf("starting containerd %s with the placeholder runtime handler", s.Containerd.bin)
+	o.Logf("starting containerd %s with the placeholder runtime handler", s.Containerd.Bin())
 	if err := s.Containerd.Start(); err != nil {
 		return err
 	}
@@ -637,42 +643,31 @@ func (s *Stack) Stop() error {
 	return errors.Join(errs...)
 }
 
-// freeAddr returns a free 127.0.0.1 address.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("no free port: %v", err))
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // pollInterval is how often the stack's waits check their condition.
 const pollInterval = 100 * time.Millisecond
 
-func sleepPoll() { time.Sleep(pollInterval) }
-
 // waitFor polls cond until it holds, failing when p exits first or timeout passes.
 func waitFor(ctx context.Context, p *Proc, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(context.Context) (bool, error) {
+		if cond() {
+			return true, nil
+		}
 		if p != nil && !p.Running() {
-			return fmt.Errorf("%s exited; its log ends:\n%s", p.Name, p.Tail(30))
+			return false, fmt.Errorf("%s exited; its log ends:\n%s", p.Name, p.Tail(30))
 		}
-		if time.Now().After(deadline) {
-			msg := fmt.Sprintf("not within %s", timeout)
-			if p != nil {
-				msg += fmt.Sprintf("; the log of %s ends:\n%s", p.Name, p.Tail(30))
-			}
-			return errors.New(msg)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pollInterval):
-		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case wait.Interrupted(err) && ctx.Err() == nil && p != nil:
+		return fmt.Errorf("not within %s; the log of %s ends:\n%s", timeout, p.Name, p.Tail(30))
+	case wait.Interrupted(err) && ctx.Err() == nil:
+		return fmt.Errorf("not within %s", timeout)
+	case wait.Interrupted(err):
+		return ctx.Err()
 	}
-	return nil
+	return err
 }
 
 // waitHTTP waits until url answers 200.

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
@@ -61,7 +64,7 @@ func (s *Stack) State() State {
 	}
 	for _, p := range []*Proc{s.ControllerManager, s.Scheduler, s.Containerd, unitProc(s.NodeCtl), unitProc(s.Agent), s.Kubelet, unitProc(s.KubeProxy)} {
 		if p != nil && p.Running() {
-			st.Processes = append(st.Processes, p.Record())
+			st.Processes = append(st.Processes, RecordOf(p.Name, p.Pid()))
 		}
 	}
 	return st
@@ -131,10 +134,7 @@ func TearDown(st State, grace time.Duration, logf func(string, ...any)) error {
 	if st.Runner.Alive() {
 		logf("stopping the stack (pid %d)", st.Runner.Pid)
 		_ = st.Runner.Signal(syscall.SIGTERM)
-		deadline := time.Now().Add(grace)
-		for st.Runner.Alive() && time.Now().Before(deadline) {
-			sleepPoll()
-		}
+		_ = waitGone(st.Runner, grace) // then it is killed below
 	}
 	var errs []error
 	for _, r := range append([]ProcessRecord{st.Runner}, st.Processes...) {
@@ -152,10 +152,7 @@ func TearDown(st State, grace time.Duration, logf func(string, ...any)) error {
 		}
 	}
 	for _, r := range st.Processes {
-		for i := 0; i < 100 && r.Alive(); i++ {
-			sleepPoll()
-		}
-		if r.Alive() {
+		if waitGone(r, 10*time.Second) != nil {
 			errs = append(errs, fmt.Errorf("%s (pid %d) survived SIGKILL", r.Name, r.Pid))
 		}
 	}
@@ -191,4 +188,11 @@ func unitProc(u *Unit) *Proc {
 		return nil
 	}
 	return u.Proc
+}
+
+// waitGone waits up to timeout for the recorded process to be gone.
+func waitGone(r ProcessRecord, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(context.Background(), pollInterval, timeout, true, func(context.Context) (bool, error) {
+		return !r.Alive(), nil
+	})
 }

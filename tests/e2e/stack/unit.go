@@ -48,7 +48,7 @@ func (u *Unit) load() error {
 	if err != nil {
 		return err
 	}
-	u.Proc.setCommand(spec.Argv[0], spec.Argv[1:])
+	u.Proc.SetCommand(spec.Argv[0], spec.Argv[1:])
 	u.mu.Lock()
 	u.restartAfter = spec.RestartDelay
 	u.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +30,7 @@ import (
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/shim/agentclient"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/support"
 )
 
 // ToolsEnv names the directory holding containerd, ctr, containerd-shim-runc-v2 and crictl.
@@ -94,12 +93,9 @@ func Build(ctx context.Context) (*Artifacts, error) {
 		return nil, err
 	}
 	a := &Artifacts{Bin: dir, PauseImage: filepath.Join(dir, "pause.tar")}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", dir+"/",
-		"./cmd/containerd-shim-placeholder-v2", "./tests/shim/failpoint/cmd/containerd-shim-placeholder-fp-v2")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the shims: %w: %s", err, out)
+	if err := (support.GoBuild{Dir: root, Out: dir, Static: true}).Run(ctx,
+		"./cmd/containerd-shim-placeholder-v2", "./tests/shim/failpoint/cmd/containerd-shim-placeholder-fp-v2"); err != nil {
+		return nil, fmt.Errorf("building the shims: %w", err)
 	}
 	if err := image.Build(ctx, a.PauseImage); err != nil {
 		return nil, err
@@ -133,10 +129,7 @@ type Containerd struct {
 	tools string
 	opts  Options
 	log   string
-
-	mu   sync.Mutex // guards cmd and done
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc  *support.Proc
 }
 
 // Start starts containerd and imports the pause image for ctr (Namespace) and CRI; t's
@@ -155,6 +148,9 @@ func Start(t testing.TB, opts Options) *Containerd {
 		Dir: dir, Address: filepath.Join(dir, "c.sock"),
 		t: t, tools: os.Getenv(ToolsEnv), opts: opts, log: filepath.Join(dir, "containerd.log"),
 	}
+	c.proc = support.NewProc("containerd", c.log, c.Tool("containerd"), []string{"--config", filepath.Join(c.Dir, "config.toml")})
+	c.proc.Env = []string{"PATH=" + opts.Artifacts.Bin + ":" + c.tools + ":" + os.Getenv("PATH")}
+	c.proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	t.Cleanup(c.cleanup)
 	if err := c.writeConfig(); err != nil {
 		t.Fatal(err)
@@ -182,20 +178,45 @@ func (c *Containerd) writeConfig() error {
 	if err := os.WriteFile(dropInPath, dropIn, 0o644); err != nil {
 		return err
 	}
-	d := c.Dir
-	config := fmt.Sprintf(`version = 4
-root = '%[1]s/root'
-state = '%[1]s/state'
-imports = ['%[2]s']
+	config := Config(ConfigOptions{Dir: c.Dir, Address: c.Address, Imports: []string{dropInPath}, LogLevel: c.opts.LogLevel})
+	return os.WriteFile(filepath.Join(c.Dir, "config.toml"), []byte(config), 0o644)
+}
 
-[debug]
-  level = '%[3]s'
+// ConfigOptions configure Config.
+type ConfigOptions struct {
+	// Dir holds containerd's root, state, opt and shim socket directories.
+	Dir string
+	// Address is the GRPC socket (the TTRPC one is Address.ttrpc).
+	Address string
+	// Imports are the drop-ins (paths or globs) containerd imports.
+	Imports []string
+	// LogLevel is containerd's log level; containerd's default when empty.
+	LogLevel string
+	// CNIBinDir and CNIConfDir, when set, configure CRI's CNI plugins, with the network
+	// namespaces mounted below the state directory.
+	CNIBinDir, CNIConfDir string
+}
 
+// Config is a containerd configuration for a test's own containerd on this host: its own
+// paths, NRI off, the local pause image pinned as CRI's sandbox image, and
+// restrict_oom_score_adj (the test VMs lack CAP_SYS_RESOURCE, without which every runc
+// sandbox fails).
+func Config(o ConfigOptions) string {
+	var b strings.Builder
+	imports := make([]string, len(o.Imports))
+	for i, imp := range o.Imports {
+		imports[i] = "'" + imp + "'"
+	}
+	fmt.Fprintf(&b, "version = 4\nroot = '%[1]s/root'\nstate = '%[1]s/state'\nimports = [%[2]s]\n", o.Dir, strings.Join(imports, ", "))
+	if o.LogLevel != "" {
+		fmt.Fprintf(&b, "\n[debug]\n  level = '%s'\n", o.LogLevel)
+	}
+	fmt.Fprintf(&b, `
 [plugins]
   [plugins.'io.containerd.server.v1.grpc']
-    address = '%[1]s/c.sock'
+    address = '%[2]s'
   [plugins.'io.containerd.server.v1.ttrpc']
-    address = '%[1]s/c.sock.ttrpc'
+    address = '%[2]s.ttrpc'
   [plugins.'io.containerd.internal.v1.opt']
     path = '%[1]s/opt'
   [plugins.'io.containerd.nri.v1.nri']
@@ -203,12 +224,18 @@ imports = ['%[2]s']
   [plugins.'io.containerd.shim.v1.manager']
     socket_dir = '%[1]s/s'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = '%[4]s'
+    sandbox = '%[3]s'
   [plugins.'io.containerd.cri.v1.runtime']
-    # This VM lacks CAP_SYS_RESOURCE: runc sandboxes (the comparison figures) need it.
     restrict_oom_score_adj = true
-`, d, dropInPath, c.opts.LogLevel, image.Name)
-	return os.WriteFile(filepath.Join(d, "config.toml"), []byte(config), 0o644)
+`, o.Dir, o.Address, image.Name)
+	if o.CNIBinDir != "" {
+		fmt.Fprintf(&b, `    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['%s']
+      conf_dir = '%s'
+`, o.CNIBinDir, o.CNIConfDir)
+	}
+	return b.String()
 }
 
 // DropIn is the containerd drop-in users install (deploy/containerd/placeholder.toml) with
@@ -238,28 +265,10 @@ func DropIn(agentAddress string, agentTimeout time.Duration) ([]byte, error) {
 // start starts the containerd process and waits until it serves.
 func (c *Containerd) start() {
 	c.t.Helper()
-	logFile, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := c.proc.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(c.Tool("containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
-	cmd.Env = append(os.Environ(), "PATH="+c.opts.Artifacts.Bin+":"+c.tools+":"+os.Getenv("PATH"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("starting containerd: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		close(done)
-	}()
-	c.mu.Lock()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
-
-	if err := poll(30*time.Second, done, func() bool {
+	if err := poll(30*time.Second, c.proc.Exited(), func() bool {
 		conn, err := net.Dial("unix", c.Address)
 		if err == nil {
 			_ = conn.Close()
@@ -272,20 +281,7 @@ func (c *Containerd) start() {
 
 // Stop stops containerd (SIGTERM, then SIGKILL after 15 s). Its shims keep running.
 func (c *Containerd) Stop() {
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.cmd = nil
-	c.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	_ = c.proc.Stop(15 * time.Second) // killed after 15 s: Stop returns only once it is gone
 }
 
 // Restart stops containerd and starts it again on the same state.
@@ -388,13 +384,7 @@ func (c *Containerd) logLines() []string {
 	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 }
 
-func (c *Containerd) tail(n int) string {
-	lines := c.logLines()
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (c *Containerd) tail(n int) string { return c.proc.Tail(n) }
 
 // Shim is a running shim process of this containerd.
 type Shim struct {
@@ -462,20 +452,9 @@ func MemoryOf(pid int) (Memory, error) {
 
 // poll checks cond every 20 ms until it holds, until the deadline, or until stop closes.
 func poll(timeout time.Duration, stop <-chan struct{}, cond func() bool) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("not within %s", timeout)
-		case <-stop:
-			return errors.New("the process exited")
-		case <-tick.C:
-		}
-	}
-	return nil
+	return support.Poll(context.Background(), 20*time.Millisecond, timeout, stop, func() (bool, string, error) {
+		return cond(), "", nil
+	})
 }
 
 // Poll is poll for tests: it fails t with what when cond does not hold within timeout.
