@@ -107,7 +107,7 @@ verify: generate lint ## Regenerate and fail on any drift; check formatting, vet
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run the pinned golangci-lint with .golangci.yml (part of make verify).
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
