@@ -89,6 +89,10 @@ type poolState struct {
 	resize resizeNotes
 	// lease is the pool's Lease as last written, for renewals without a GET.
 	lease *coordinationv1.Lease
+	// lastPiece is the highest piece number the agent has written for the pool: a number
+	// is not used again while this agent runs, even once its file and mirror pod are gone,
+	// so kubelet never waits on an old pod of the same name.
+	lastPiece int
 }
 
 // poolStateLocked returns what the agent remembers of pool, made if it has nothing yet.

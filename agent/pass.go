@@ -188,6 +188,12 @@ func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs
 		log.Info("removed placeholder pods", "pieces", p.Remove)
 		return nil
 	}
+	if p.Add != nil {
+		a.mu.Lock()
+		st := a.poolStateLocked(pool.Name)
+		st.lastPiece = max(st.lastPiece, p.Add.Number)
+		a.mu.Unlock()
+	}
 	add := func() error {
 		if p.Add == nil {
 			return nil

@@ -116,6 +116,9 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 		}
 		o.pieces = append(o.pieces, pc)
 	}
+	a.mu.Lock()
+	o.next = max(o.next, a.poolStateLocked(pool.Name).lastPiece+1)
+	a.mu.Unlock()
 	if o.next > manifest.MaxPiece {
 		return o, fmt.Errorf("piece numbers of pool %s are used up (%d): remove its manifests and restart the agent", pool.Name, manifest.MaxPiece)
 	}
