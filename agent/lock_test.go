@@ -272,9 +272,9 @@ type lockSim struct {
 	// swaps counts the plans that removed pieces before adding their replacement.
 	swaps   int
 	applied corev1.ResourceList
-	next     int
-	usage    int64
-	log      []string
+	next    int
+	usage   int64
+	log     []string
 }
 
 type stoppingPiece struct {
