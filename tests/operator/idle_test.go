@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,9 +108,10 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 }
 
 // renewForever renews every pool's Lease once a second, in the name of the pool's node as
-// its agent does, until ctx ends and returns how many renewals it sent.
+// its agent does — each pool on its own, as each node's agent does — until ctx ends, and
+// returns how many renewals it sent.
 func renewForever(ctx context.Context, t *testing.T, c client.Client, pools []string) int {
-	holders := map[string]string{} // it runs in a goroutine of its own: no t.Fatal
+	holders := map[string]string{} // it runs in goroutines of its own: no t.Fatal
 	for _, p := range pools {
 		var pool v1alpha1.SandboxPool
 		if err := c.Get(ctx, types.NamespacedName{Name: p}, &pool); err != nil {
@@ -118,36 +120,41 @@ func renewForever(ctx context.Context, t *testing.T, c client.Client, pools []st
 		}
 		holders[p] = pool.Spec.NodeName
 	}
-	sent := 0
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		for _, p := range pools {
-			node := holders[p]
-			now := metav1.NewMicroTime(time.Now())
-			l := coordinationv1.Lease{}
-			err := c.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: p}, &l)
-			if err != nil {
-				l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: p},
-					Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, RenewTime: &now}}
-				err = c.Create(ctx, &l)
-			} else {
-				l.Spec.RenewTime = &now
-				err = c.Update(ctx, &l)
+	var sent atomic.Int64
+	var agents sync.WaitGroup
+	for _, p := range pools {
+		node := holders[p]
+		agents.Go(func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				now := metav1.NewMicroTime(time.Now())
+				l := coordinationv1.Lease{}
+				err := c.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: p}, &l)
+				if err != nil {
+					l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: p},
+						Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, RenewTime: &now}}
+					err = c.Create(ctx, &l)
+				} else {
+					l.Spec.RenewTime = &now
+					err = c.Update(ctx, &l)
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					t.Errorf("renewing lease %s: %v", p, err)
+					return
+				}
+				sent.Add(1)
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
 			}
-			if ctx.Err() != nil {
-				return sent
-			}
-			if err != nil {
-				t.Errorf("renewing lease %s: %v", p, err)
-				return sent
-			}
-			sent++
-		}
-		select {
-		case <-ctx.Done():
-			return sent
-		case <-tick.C:
-		}
+		})
 	}
+	agents.Wait()
+	return int(sent.Load())
 }
