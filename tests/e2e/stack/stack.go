@@ -457,8 +457,16 @@ func (s *Stack) ShutdownNode(ctx context.Context) error {
 		errs = append(errs, s.Kubelet.Stop(30*time.Second))
 	}
 	if s.Containerd != nil && s.Containerd.Running() {
-		if out, err := s.Crictl(ctx, "rmp", "--all", "--force"); err != nil {
-			errs = append(errs, fmt.Errorf("crictl rmp: %w: %s", err, out))
+		// A sandbox whose container containerd is still tearing down (a killed shim's, say)
+		// cannot be removed yet: ask again for a few seconds.
+		var out string
+		var rmErr error
+		_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			out, rmErr = s.Crictl(ctx, "rmp", "--all", "--force")
+			return rmErr == nil, nil
+		})
+		if rmErr != nil {
+			errs = append(errs, fmt.Errorf("crictl rmp: %w: %s", rmErr, out))
 		}
 		errs = append(errs, s.Containerd.Stop(15*time.Second))
 	}
