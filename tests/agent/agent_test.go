@@ -74,6 +74,8 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 // runs) and of its mirror pods' requests (what the scheduler counts). A missing pod counts
 // as nothing.
 type invariantMonitor struct {
+	n       *testNode
+	pool    string
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
@@ -82,7 +84,7 @@ type invariantMonitor struct {
 }
 
 func watchInvariant(t *testing.T, n *testNode, pool string) *invariantMonitor {
-	m := &invariantMonitor{stop: make(chan struct{}), done: make(chan struct{})}
+	m := &invariantMonitor{n: n, pool: pool, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		for {
@@ -91,37 +93,46 @@ func watchInvariant(t *testing.T, n *testNode, pool string) *invariantMonitor {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			// The locks are read between two reads of node-ctl: a lock below both is below
-			// what node-ctl applied when it was read, whichever read that was.
-			before, err := n.nc.Client.State(context.Background())
-			onDisk, mirrors := diskLock(n, pool), mirrorLock(n)
-			after, err2 := n.nc.Client.State(context.Background())
-			if err != nil || err2 != nil || !before.Applied() || !after.Applied() {
-				continue
-			}
-			m.mu.Lock()
-			m.samples++
-			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-				a, b := resource.MustParse(before.AppliedResources[string(r)]), resource.MustParse(after.AppliedResources[string(r)])
-				if b.Cmp(a) < 0 {
-					a = b
-				}
-				for what, lock := range map[string]corev1.ResourceList{"manifests": onDisk, "mirror pods": mirrors} {
-					if q := lock[r]; q.Cmp(a) < 0 {
-						m.bad = append(m.bad, fmt.Sprintf("%s: %s request %s < node-ctl applied %s", r, what, q.String(), a.String()))
-					}
-				}
-			}
-			m.mu.Unlock()
+			m.sample()
 		}
 	}()
 	return m
 }
 
+// sample reads the locks between two reads of node-ctl: a lock below both is below what
+// node-ctl applied when it was read, whichever read that was. A read before node-ctl has
+// applied anything is not a sample.
+func (m *invariantMonitor) sample() {
+	before, err := m.n.nc.Client.State(context.Background())
+	onDisk, mirrors := diskLock(m.n, m.pool), mirrorLock(m.n)
+	after, err2 := m.n.nc.Client.State(context.Background())
+	if err != nil || err2 != nil || !before.Applied() || !after.Applied() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.samples++
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		a, b := resource.MustParse(before.AppliedResources[string(r)]), resource.MustParse(after.AppliedResources[string(r)])
+		if b.Cmp(a) < 0 {
+			a = b
+		}
+		for what, lock := range map[string]corev1.ResourceList{"manifests": onDisk, "mirror pods": mirrors} {
+			if q := lock[r]; q.Cmp(a) < 0 {
+				m.bad = append(m.bad, fmt.Sprintf("%s: %s request %s < node-ctl applied %s", r, what, q.String(), a.String()))
+			}
+		}
+	}
+}
+
+// check stops the monitor, takes one last sample (on a loaded machine one read can outlast
+// the step it watches, and the step's end state is the one that must hold), and fails the
+// test if no sample was taken or any broke the invariant.
 func (m *invariantMonitor) check(t *testing.T, step string) {
 	t.Helper()
 	close(m.stop)
 	<-m.done
+	m.sample()
 	if m.samples == 0 {
 		t.Fatalf("%s: the invariant was never sampled", step)
 	}
