@@ -7,11 +7,21 @@ package sandboxpool.admission
 import data.sandboxpool.admission.class
 import data.sandboxpool.admission.pool
 import data.sandboxpool.admission.status
+import data.sandboxpool.lib.request
 
 # METADATA
 # entrypoint: true
-deny contains v if some v in class.deny
+deny contains v if {
+	request.kind == "class"
+	some v in class.deny
+}
 
-deny contains v if some v in pool.deny
+deny contains v if {
+	request.kind == "pool"
+	some v in pool.deny
+}
 
-deny contains v if some v in status.deny
+deny contains v if {
+	request.kind == "pool_status"
+	some v in status.deny
+}

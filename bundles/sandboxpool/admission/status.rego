@@ -13,13 +13,15 @@ import data.sandboxpool.lib.violation
 # names.controller_conditions; every other status field (placeholderPod, placeholderAgent,
 # override, resize, nodeCtl, poolInfo, lastAppliedGeneration) and condition belongs to the
 # node's placeholder agent.
-controller_fields := names.controller_status_fields
-
-controller_conditions := names.controller_conditions
+#
+# OPA evaluates every rule a decision reads, once, at a cost of several microseconds each
+# (docs/benchmarks.md, the policy layer), and the node's status write is the request the
+# cluster sends most. So each writer's rules are read only for that writer, and the
+# checks compare what the writer may not change before they name it.
 
 # applies is true for an UPDATE of sandboxpools/status (a PATCH arrives as an UPDATE).
 applies if {
-	request.is_pool_status
+	request.kind == "pool_status"
 	request.is_update
 }
 
@@ -48,71 +50,66 @@ deny contains {"field": "status", "msg": msg} if {
 	)
 }
 
-old_status := status_of(request.old)
+deny contains v if {
+	applies
+	writer == "node"
+	some v in node_violations
+}
 
-new_status := status_of(request.obj)
+deny contains v if {
+	applies
+	writer == "controller"
+	some v in controller_violations
+}
 
-status_of(obj) := s if {
-	s := obj.status
+old_status := s if {
+	s := request.old.status
 	is_object(s)
 } else := {}
 
-# conditions returns the conditions of type t in status st (at most one in a valid list).
-conditions(st, t) := [c |
-	some c in object.get(st, "conditions", [])
+new_status := s if {
+	s := request.obj.status
+	is_object(s)
+} else := {}
+
+old_conditions := object.get(old_status, "conditions", [])
+
+new_conditions := object.get(new_status, "conditions", [])
+
+# conditions returns the conditions of type t in the list cs (at most one in a valid list).
+conditions(cs, t) := [c |
+	some c in cs
 	c.type == t
 ]
 
-condition_types := {c.type |
-	some st in [old_status, new_status]
-	some c in object.get(st, "conditions", [])
-}
-
-changed_fields contains key if {
-	some key in (object.keys(old_status) | object.keys(new_status))
-	key != "conditions"
+# The node's agent may not touch the controller's fields and conditions.
+node_violations contains violation.new(sprintf("status.%s", [key]), msg) if {
+	some key in names.controller_status_fields
 	object.get(old_status, key, null) != object.get(new_status, key, null)
+	msg := sprintf("owned by the controller; node %s (caller %s) may not change it", [node, request.username])
 }
 
 # Equal lists hold equal conditions of every type, so the types are compared only when the
 # lists differ (most writes leave the conditions alone).
-changed_conditions contains t if {
-	object.get(old_status, "conditions", []) != object.get(new_status, "conditions", [])
-	some t in condition_types
-	conditions(old_status, t) != conditions(new_status, t)
-}
-
-# The node's agent may not touch the controller's fields and conditions.
-deny contains violation.new(sprintf("status.%s", [key]), msg) if {
-	applies
-	writer == "node"
-	some key in changed_fields
-	key in controller_fields
-	msg := sprintf("owned by the controller; node %s (caller %s) may not change it", [node, request.username])
-}
-
-deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if {
-	applies
-	writer == "node"
-	some t in changed_conditions
-	t in controller_conditions
+node_violations contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if {
+	old_conditions != new_conditions
+	some t in names.controller_conditions
+	conditions(old_conditions, t) != conditions(new_conditions, t)
 	msg := sprintf("owned by the controller; node %s (caller %s) may not add, remove or change it", [node, request.username])
 }
 
 # The controller may not touch the agent's fields and conditions.
-deny contains violation.new(sprintf("status.%s", [key]), msg) if {
-	applies
-	writer == "controller"
-	some key in changed_fields
-	not key in controller_fields
+controller_violations contains violation.new(sprintf("status.%s", [key]), msg) if {
+	some key in ((object.keys(old_status) | object.keys(new_status)) - names.controller_status_fields)
+	key != "conditions"
+	object.get(old_status, key, null) != object.get(new_status, key, null)
 	msg := sprintf("owned by the placeholder agent of node %s; the controller (caller %s) may not change it", [node, request.username])
 }
 
-deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if {
-	applies
-	writer == "controller"
-	some t in changed_conditions
-	not t in controller_conditions
+controller_violations contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if {
+	old_conditions != new_conditions
+	some t in ({c.type | some c in array.concat(old_conditions, new_conditions)} - names.controller_conditions)
+	conditions(old_conditions, t) != conditions(new_conditions, t)
 	msg := sprintf(
 		"owned by the placeholder agent of node %s; the controller (caller %s) may not add, remove or change it",
 		[node, request.username],
@@ -125,18 +122,14 @@ deny contains violation.new(sprintf("status.conditions[type=%s]", [t]), msg) if 
 # the controller the agent's fields. So neither may claim the other's fields under any
 # field manager but the other's. Claims that the stored object already records are left
 # alone (only new ones are refused).
-deny contains violation.new(field, msg) if {
-	applies
-	writer == "node"
+node_violations contains violation.new(field, msg) if {
 	some [manager, field] in new_claims
 	field_owner(field) == "controller"
 	manager != names.controller_field_manager
 	msg := sprintf("owned by the controller; node %s (caller %s) may not claim it (field manager %s)", [node, request.username, manager])
 }
 
-deny contains violation.new(field, msg) if {
-	applies
-	writer == "controller"
+controller_violations contains violation.new(field, msg) if {
 	some [manager, field] in new_claims
 	field_owner(field) == "agent"
 	manager != names.agent_field_manager
@@ -149,16 +142,12 @@ deny contains violation.new(field, msg) if {
 # that applies the same fields again changes only its entry's time.
 new_claims := {claim |
 	some mf in object.get(request.obj, ["metadata", "managedFields"], [])
-	not claim_source(mf) in old_claim_sources
+	not [mf.manager, mf.fieldsV1] in old_claim_sources
 	some claim in entry_claims(mf)
-	not claim in old_claims
+	not claim in claims(request.old)
 }
 
-old_claims := claims(request.old)
-
-old_claim_sources := {claim_source(mf) | some mf in object.get(request.old, ["metadata", "managedFields"], [])}
-
-claim_source(mf) := [object.get(mf, "manager", null), object.get(mf, "fieldsV1", null)]
+old_claim_sources := {[mf.manager, mf.fieldsV1] | some mf in object.get(request.old, ["metadata", "managedFields"], [])}
 
 # claims are the [field manager, status field] pairs the object's managedFields record, the
 # fields named as in the violations above.
@@ -185,9 +174,9 @@ status_fields(fields) := {sprintf("status.%s", [trim_prefix(key, "f:")]) |
 }
 
 field_owner(field) := "controller" if {
-	some f in controller_fields
+	some f in names.controller_status_fields
 	field == sprintf("status.%s", [f])
 } else := "controller" if {
-	some t in controller_conditions
+	some t in names.controller_conditions
 	field == sprintf("status.conditions[type=%s]", [t])
 } else := "agent"

@@ -89,6 +89,15 @@ test_node_may_not_touch_controller_conditions if {
 	fx.fields(deny(fx.kubelet("node-b"), old, removed)) == {"status.conditions[type=PlaceholderAgentHealthy]"}
 }
 
+# A write without a status removes every field of it: the controller's are refused.
+test_node_may_not_drop_the_status if {
+	obj := json.remove(old, ["status"])
+	fx.fields(deny(fx.kubelet("node-b"), old, obj)) == {
+		"status.phase",
+		"status.conditions[type=PlaceholderAgentHealthy]",
+	}
+}
+
 controller_write := set_status(
 	conditions([
 		fx.condition("PlaceholderPodReady", "True"),
