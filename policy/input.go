@@ -39,35 +39,42 @@ const subtreeBytes = 4 << 20
 // older one is dropped. So what recent requests used stays, at most twice the bound.
 var subtrees = struct {
 	sync.Mutex
-	cur, prev map[string]*ast.Term
+	cur, prev map[string]kept
 	size      int
-}{cur: map[string]*ast.Term{}}
+}{cur: map[string]kept{}}
 
-func subtree(raw []byte) (*ast.Term, bool) {
-	subtrees.Lock()
-	defer subtrees.Unlock()
-	if t, ok := subtrees.cur[string(raw)]; ok {
-		return t, true
-	}
-	if t, ok := subtrees.prev[string(raw)]; ok {
-		keepSubtree(raw, t)
-		return t, true
-	}
-	return nil, false
+// kept is a kept subtree's term and its height: the levels of objects and arrays in it,
+// itself included, which count towards the depth limit of whatever holds it.
+type kept struct {
+	t      *ast.Term
+	height int
 }
 
-func putSubtree(raw []byte, t *ast.Term) {
+func subtree(raw []byte) (kept, bool) {
 	subtrees.Lock()
 	defer subtrees.Unlock()
-	keepSubtree(raw, t)
+	if k, ok := subtrees.cur[string(raw)]; ok {
+		return k, true
+	}
+	if k, ok := subtrees.prev[string(raw)]; ok {
+		keepSubtree(raw, k)
+		return k, true
+	}
+	return kept{}, false
 }
 
-// keepSubtree stores t in the newer generation; the caller holds the lock.
-func keepSubtree(raw []byte, t *ast.Term) {
+func putSubtree(raw []byte, k kept) {
+	subtrees.Lock()
+	defer subtrees.Unlock()
+	keepSubtree(raw, k)
+}
+
+// keepSubtree stores k in the newer generation; the caller holds the lock.
+func keepSubtree(raw []byte, k kept) {
 	if subtrees.size+len(raw) > subtreeBytes {
-		subtrees.prev, subtrees.cur, subtrees.size = subtrees.cur, map[string]*ast.Term{}, 0
+		subtrees.prev, subtrees.cur, subtrees.size = subtrees.cur, map[string]kept{}, 0
 	}
-	subtrees.cur[string(raw)] = t
+	subtrees.cur[string(raw)] = k
 	subtrees.size += len(raw)
 }
 
@@ -108,64 +115,92 @@ func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
 func valueOfJSON(raw []byte) (ast.Value, error) { return parseJSON(raw, true) }
 
 // parseJSON parses one JSON value into an ast.Value; keepTop says whether the value itself
-// may be kept as a subtree (its parts may be either way).
+// may be kept as a subtree (its parts may be either way). The parser checks the JSON as it
+// reads it, as encoding/json would, except in kept subtrees: their bytes are those of JSON
+// it has read and checked before.
 func parseJSON(raw []byte, keepTop bool) (ast.Value, error) {
-	if !jsonraw.Valid(raw) {
-		return nil, errors.New("invalid JSON")
-	}
 	if !utf8.Valid(raw) {
+		if !jsonraw.Valid(raw) {
+			return nil, errors.New("invalid JSON")
+		}
 		return ast.ValueFromReader(bytes.NewReader(raw))
 	}
 	p := parser{raw: raw, skipKeep: !keepTop}
-	t, err := p.value()
+	t, err := p.value(0)
 	if err != nil {
 		return nil, err
+	}
+	if p.space(); p.i != len(raw) {
+		return nil, p.invalid()
 	}
 	return t.Value, nil
 }
 
-// parser reads valid JSON (jsonraw.Valid) into ast terms.
+// parser reads JSON into ast terms.
 type parser struct {
 	raw []byte
 	i   int
 	// skipKeep is true while the next object or array must not be kept.
 	skipKeep bool
+	// deepest is the deepest level of objects and arrays read so far (1 is the top).
+	deepest int
 }
 
-func (p *parser) space() {
-	for p.i < len(p.raw) && (p.raw[p.i] == ' ' || p.raw[p.i] == '\t' || p.raw[p.i] == '\n' || p.raw[p.i] == '\r') {
-		p.i++
+func (p *parser) invalid() error {
+	if p.i >= len(p.raw) {
+		return errors.New("invalid JSON: unexpected end")
 	}
+	return fmt.Errorf("invalid JSON at offset %d", p.i)
 }
 
-func (p *parser) value() (*ast.Term, error) {
+func (p *parser) space() { p.i = jsonraw.SkipSpace(p.raw, p.i) }
+
+// next skips space and reports whether the next byte is c.
+func (p *parser) next(c byte) bool {
+	p.space()
+	return p.i < len(p.raw) && p.raw[p.i] == c
+}
+
+func (p *parser) value(depth int) (*ast.Term, error) {
 	p.space()
 	if p.i >= len(p.raw) {
-		return nil, errors.New("unexpected end of JSON")
+		return nil, p.invalid()
 	}
 	switch c := p.raw[p.i]; c {
 	case '{', '[':
+		if depth >= jsonraw.MaxDepth {
+			return nil, p.invalid()
+		}
 		start := p.i
 		end := jsonraw.SkipValue(p.raw, start)
 		keep := end-start >= subtreeMin && !p.skipKeep
 		p.skipKeep = false
 		if keep {
-			if t, ok := subtree(p.raw[start:end]); ok {
-				p.i = end
-				return t, nil
+			if k, ok := subtree(p.raw[start:end]); ok {
+				if depth+k.height > jsonraw.MaxDepth {
+					return nil, p.invalid()
+				}
+				p.i, p.deepest = end, max(p.deepest, depth+k.height)
+				return k.t, nil
 			}
 		}
+		outer := p.deepest
+		p.deepest = depth + 1
 		var t *ast.Term
 		var err error
 		if c == '{' {
-			t, err = p.object()
+			t, err = p.object(depth + 1)
 		} else {
-			t, err = p.array()
+			t, err = p.array(depth + 1)
 		}
-		if err == nil && keep {
-			putSubtree(p.raw[start:end], t)
+		if err != nil {
+			return nil, err
 		}
-		return t, err
+		if keep && p.i == end {
+			putSubtree(p.raw[start:end], kept{t: t, height: p.deepest - depth})
+		}
+		p.deepest = max(outer, p.deepest)
+		return t, nil
 	case '"':
 		s, err := p.str()
 		if err != nil {
@@ -173,20 +208,20 @@ func (p *parser) value() (*ast.Term, error) {
 		}
 		return ast.InternedTerm(s), nil
 	case 't':
-		p.i += len("true")
-		return ast.InternedTerm(true), nil
+		return p.literal("true", ast.InternedTerm(true))
 	case 'f':
-		p.i += len("false")
-		return ast.InternedTerm(false), nil
+		return p.literal("false", ast.InternedTerm(false))
 	case 'n':
-		p.i += len("null")
-		return ast.InternedNullTerm, nil
+		return p.literal("null", ast.InternedNullTerm)
 	default:
 		start := p.i
-		for p.i < len(p.raw) && (p.raw[p.i] == '-' || p.raw[p.i] == '+' || p.raw[p.i] == '.' || p.raw[p.i] == 'e' || p.raw[p.i] == 'E' || p.raw[p.i] >= '0' && p.raw[p.i] <= '9') {
-			p.i++
+		end, ok := jsonraw.Number(p.raw, start)
+		if !ok {
+			p.i = end
+			return nil, p.invalid()
 		}
-		s := string(p.raw[start:p.i])
+		p.i = end
+		s := string(p.raw[start:end])
 		if t := ast.InternedIntNumberTermFromString(s); t != nil {
 			return t, nil
 		}
@@ -198,58 +233,84 @@ func (p *parser) value() (*ast.Term, error) {
 	}
 }
 
-func (p *parser) object() (*ast.Term, error) {
+func (p *parser) literal(s string, t *ast.Term) (*ast.Term, error) {
+	if !bytes.HasPrefix(p.raw[p.i:], []byte(s)) {
+		return nil, p.invalid()
+	}
+	p.i += len(s)
+	return t, nil
+}
+
+func (p *parser) object(depth int) (*ast.Term, error) {
 	p.i++ // {
 	obj := ast.NewObject()
+	if p.next('}') {
+		p.i++
+		return ast.NewTerm(obj), nil
+	}
 	for {
-		p.space()
-		if p.raw[p.i] == '}' {
-			p.i++
-			return ast.NewTerm(obj), nil
-		}
-		if p.raw[p.i] == ',' {
-			p.i++
-			p.space()
+		if !p.next('"') {
+			return nil, p.invalid()
 		}
 		k, err := p.str()
 		if err != nil {
 			return nil, err
 		}
-		p.space()
-		p.i++ // :
-		v, err := p.value()
+		if !p.next(':') {
+			return nil, p.invalid()
+		}
+		p.i++
+		v, err := p.value(depth)
 		if err != nil {
 			return nil, err
 		}
 		obj.Insert(ast.InternedTerm(k), v)
+		switch {
+		case p.next(','):
+			p.i++
+		case p.next('}'):
+			p.i++
+			return ast.NewTerm(obj), nil
+		default:
+			return nil, p.invalid()
+		}
 	}
 }
 
-func (p *parser) array() (*ast.Term, error) {
+func (p *parser) array(depth int) (*ast.Term, error) {
 	p.i++ // [
 	var elems []*ast.Term
+	if p.next(']') {
+		p.i++
+		return ast.ArrayTerm(elems...), nil
+	}
 	for {
-		p.space()
-		if p.raw[p.i] == ']' {
-			p.i++
-			return ast.ArrayTerm(elems...), nil
-		}
-		if p.raw[p.i] == ',' {
-			p.i++
-		}
-		v, err := p.value()
+		v, err := p.value(depth)
 		if err != nil {
 			return nil, err
 		}
 		elems = append(elems, v)
+		switch {
+		case p.next(','):
+			p.i++
+		case p.next(']'):
+			p.i++
+			return ast.ArrayTerm(elems...), nil
+		default:
+			return nil, p.invalid()
+		}
 	}
 }
 
 // str reads a string; one with escapes is decoded by encoding/json.
 func (p *parser) str() (string, error) {
 	start := p.i
-	p.i = jsonraw.SkipString(p.raw, start)
-	quoted := p.raw[start:p.i]
+	end, ok := jsonraw.String(p.raw, start)
+	p.i = end
+	if !ok {
+		return "", p.invalid()
+	}
+	quoted := p.raw[start:end]
 	if bytes.IndexByte(quoted, '\\') < 0 {
 		return string(quoted[1 : len(quoted)-1]), nil
 	}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/agentcube/sandboxpool/schema/jsonraw/jsonrawtest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -118,11 +119,62 @@ func TestInputsShareOnlyWhatTheyHoldAlike(t *testing.T) {
 	if want := slowInputOf(t, b); inB.Compare(want) != 0 {
 		t.Errorf("second input =\n%v\nwant\n%v", inB, want)
 	}
-	kept, ok := subtree([]byte(big("old")))
+	k, ok := subtree([]byte(big("old")))
 	if !ok {
 		t.Fatal("the old object is not kept")
 	}
-	if obj := kept.Value.(ast.Object); obj.Len() != 1 {
+	if obj := k.t.Value.(ast.Object); obj.Len() != 1 {
 		t.Errorf("the kept old object has %d members, want 1: %v", obj.Len(), obj)
 	}
+}
+
+// checkParse fails t unless parseJSON accepts b exactly when encoding/json does, with the
+// value encoding/json gives.
+func checkParse(t *testing.T, b []byte) {
+	t.Helper()
+	got, err := parseJSON(b, true)
+	if valid := json.Valid(b); (err == nil) != valid {
+		t.Fatalf("parseJSON(%.60q): error %v, encoding/json says valid=%v", b, err, valid)
+	}
+	if err != nil {
+		return
+	}
+	want, err := ast.ValueFromReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Compare(want) != 0 {
+		t.Fatalf("parseJSON(%.60q) = %v, want %v", b, got, want)
+	}
+}
+
+// TestParseJSONChecksWhatItReads checks that the parser, which has no separate validation
+// pass, refuses what encoding/json refuses, also around subtrees it has kept: a kept
+// subtree's bytes were checked, the JSON around them was not.
+func TestParseJSONChecksWhatItReads(t *testing.T) {
+	for _, s := range jsonrawtest.Seeds {
+		checkParse(t, []byte(s))
+	}
+	big := `{"kept":"` + strings.Repeat("k", subtreeMin) + `"}`
+	checkParse(t, []byte(big))
+	if _, ok := subtree([]byte(big)); !ok {
+		t.Fatal("the subtree was not kept")
+	}
+	for _, s := range []string{
+		big, "[" + big, "[" + big + "]", "[" + big + ",]", `{"a":` + big + `}`, `{"a":` + big, `{"a":` + big + `,}`,
+		`{"a" ` + big + `}`, `{` + big + `}`, big + big, "[" + big + " " + big + "]", "[" + big + "," + big + "]",
+		big[:len(big)-1], `{"a":1,` + big[1:],
+	} {
+		checkParse(t, []byte(s))
+	}
+}
+
+// FuzzParseJSON compares parseJSON with encoding/json on any input.
+func FuzzParseJSON(f *testing.F) {
+	for _, s := range jsonrawtest.Seeds {
+		if len(s) < 1000 {
+			f.Add([]byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkParse(t, b) })
 }

@@ -9,8 +9,8 @@ import (
 	"encoding/json"
 )
 
-// maxDepth is encoding/json's limit on nested objects and arrays.
-const maxDepth = 10000
+// MaxDepth is encoding/json's limit on nested objects and arrays: deeper JSON is invalid.
+const MaxDepth = 10000
 
 // Valid reports whether b is one JSON value, what encoding/json's Valid reports, at several
 // times its speed: one pass, no state machine. Like encoding/json it does not check that
@@ -47,7 +47,7 @@ func (v *validator) value(depth int) bool {
 	}
 	switch c := v.b[v.i]; c {
 	case '{':
-		if depth+1 > maxDepth {
+		if depth+1 > MaxDepth {
 			return false
 		}
 		v.i++
@@ -85,7 +85,7 @@ func (v *validator) value(depth int) bool {
 			}
 		}
 	case '[':
-		if depth+1 > maxDepth {
+		if depth+1 > MaxDepth {
 			return false
 		}
 		v.i++
@@ -210,6 +210,22 @@ func (v *validator) number() bool {
 	return true
 }
 
+// String is the index just past the JSON string that starts at raw[i], and whether it is
+// one as encoding/json judges it (its bytes are not checked for UTF-8).
+func String(raw []byte, i int) (end int, ok bool) {
+	v := validator{b: raw, i: i}
+	ok = v.str()
+	return v.i, ok
+}
+
+// Number is the index just past the JSON number that starts at raw[i], and whether it is
+// one.
+func Number(raw []byte, i int) (end int, ok bool) {
+	v := validator{b: raw, i: i}
+	ok = v.number()
+	return v.i, ok
+}
+
 // Member is one member of a JSON object: its key as written (with its quotes) and decoded,
 // and its value as written.
 type Member struct {
@@ -296,7 +312,8 @@ func SkipSpace(raw []byte, i int) int {
 	return i
 }
 
-// SkipValue is the index just past the JSON value that starts at raw[i] (raw valid).
+// SkipValue is the index just past the JSON value that starts at raw[i] when raw is valid;
+// on invalid JSON it returns some index up to len(raw), never beyond.
 func SkipValue(raw []byte, i int) int {
 	if i >= len(raw) {
 		return i
@@ -329,7 +346,8 @@ func SkipValue(raw []byte, i int) int {
 	return i
 }
 
-// SkipString is the index just past the JSON string that starts at raw[i].
+// SkipString is the index just past the JSON string that starts at raw[i]; an unterminated
+// string ends at len(raw).
 func SkipString(raw []byte, i int) int {
 	for i++; i < len(raw); i++ {
 		switch raw[i] {
@@ -339,5 +357,5 @@ func SkipString(raw []byte, i int) int {
 			return i + 1
 		}
 	}
-	return i
+	return len(raw)
 }

@@ -1,42 +1,33 @@
-package jsonraw
+package jsonraw_test
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
-)
 
-var validSeeds = []string{
-	``, ` `, `{}`, `[]`, `""`, `0`, `-0`, `01`, `-`, `1.`, `.5`, `1.5`, `1e5`, `1E+5`, `1e`, `1e+`, `-1.25e-7`,
-	`true`, `false`, `null`, `tru`, `nul`, `truex`, `NaN`, `Infinity`, `+1`,
-	`{"a":1}`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `{"a":1 "b":2}`, `[1,2]`, `[1,]`, `[,1]`, `[1 2]`,
-	`"\u00e9"`, `"\u00G9"`, `"\ud800"`, `"\x41"`, `"\/"`, "\"tab\there\"", "\"\x7f\"", "\"\xff\xfe\"",
-	` {"a" : [ true , null ] } `, `{"a":{"b":{"c":[]}}}`, `{} {}`, `{}x`, `"unterminated`, `"\`, `"\u12`,
-	strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
-	strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
-	strings.Repeat(`{"a":`, maxDepth) + "1" + strings.Repeat("}", maxDepth),
-	strings.Repeat(`{"a":`, maxDepth+1) + "1" + strings.Repeat("}", maxDepth+1),
-}
+	"github.com/agentcube/sandboxpool/schema/jsonraw"
+	"github.com/agentcube/sandboxpool/schema/jsonraw/jsonrawtest"
+)
 
 // TestValidAgreesWithEncodingJSON compares Valid with encoding/json's on edge cases.
 func TestValidAgreesWithEncodingJSON(t *testing.T) {
-	for _, s := range validSeeds {
-		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
-			t.Errorf("Valid(%.40q) = %v, encoding/json says %v", s, got, want)
+	for _, s := range jsonrawtest.Seeds {
+		if got, want := jsonraw.Valid([]byte(s)), json.Valid([]byte(s)); got != want {
+			t.Errorf("jsonraw.Valid(%.40q) = %v, encoding/json says %v", s, got, want)
 		}
 	}
 }
 
 // FuzzValid compares Valid with encoding/json's on any input.
 func FuzzValid(f *testing.F) {
-	for _, s := range validSeeds {
+	for _, s := range jsonrawtest.Seeds {
 		if len(s) < 1000 {
 			f.Add([]byte(s))
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := Valid(b), json.Valid(b); got != want {
-			t.Errorf("Valid(%q) = %v, encoding/json says %v", b, got, want)
+		if got, want := jsonraw.Valid(b), json.Valid(b); got != want {
+			t.Errorf("jsonraw.Valid(%q) = %v, encoding/json says %v", b, got, want)
 		}
 	})
 }
@@ -48,9 +39,9 @@ func TestMembers(t *testing.T) {
 		`{"a\"b":[1,{"x":"]"}],"c":null}`: {`a"b=[1,{"x":"]"}]`, "c=null"},
 		`{"\u0061":true}`:                 {"a=true"},
 	} {
-		ms, ok := Members([]byte(in))
+		ms, ok := jsonraw.Members([]byte(in))
 		if !ok {
-			t.Errorf("Members(%s) failed", in)
+			t.Errorf("jsonraw.Members(%s) failed", in)
 			continue
 		}
 		var got []string
@@ -58,15 +49,15 @@ func TestMembers(t *testing.T) {
 			got = append(got, m.Key+"="+string(m.Value))
 		}
 		if strings.Join(got, "|") != strings.Join(want, "|") {
-			t.Errorf("Members(%s) = %q, want %q", in, got, want)
+			t.Errorf("jsonraw.Members(%s) = %q, want %q", in, got, want)
 		}
-		if again, ok := Members(Object(ms)); !ok || len(again) != len(ms) {
-			t.Errorf("Object(Members(%s)) does not read back: %s", in, Object(ms))
+		if again, ok := jsonraw.Members(jsonraw.Object(ms)); !ok || len(again) != len(ms) {
+			t.Errorf("jsonraw.Object(jsonraw.Members(%s)) does not read back: %s", in, jsonraw.Object(ms))
 		}
 	}
 	for _, in := range []string{`[]`, `"a"`, `{"a":1,"a":2}`, `{"a":1} x`} {
-		if _, ok := Members([]byte(in)); ok {
-			t.Errorf("Members(%s) ok, want not", in)
+		if _, ok := jsonraw.Members([]byte(in)); ok {
+			t.Errorf("jsonraw.Members(%s) ok, want not", in)
 		}
 	}
 }
