@@ -1,6 +1,7 @@
 package jsonraw_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -60,4 +61,42 @@ func TestMembers(t *testing.T) {
 			t.Errorf("jsonraw.Members(%s) ok, want not", in)
 		}
 	}
+}
+
+// checkSkip fails t unless SkipValue ends a string, object or array where encoding/json's
+// decoder ends it, when the decoder reads one, and stays within b always.
+func checkSkip(t *testing.T, b []byte) {
+	t.Helper()
+	i := jsonraw.SkipSpace(b, 0)
+	end := jsonraw.SkipValue(b, i)
+	if end > len(b) {
+		t.Fatalf("SkipValue(%q) = %d, beyond the input", b, end)
+	}
+	if i == len(b) || b[i] != '"' && b[i] != '{' && b[i] != '[' {
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var v json.RawMessage
+	if dec.Decode(&v) == nil && int(dec.InputOffset()) != end {
+		t.Fatalf("SkipValue(%q) = %d, encoding/json ends the value at %d", b, end, dec.InputOffset())
+	}
+}
+
+var skipSeeds = []string{`"\\" "x"`, `["\\"] ["x"]`, `"\\"`, `"\\\""`, `["\\\\\"x\\",1]`, `{"a\\":"\"}"}`, `"\`, `"\\`, `["a\"`, `{"k":"v\\\\"}`}
+
+// TestSkipValue checks SkipValue on escapes and the jsonraw edge cases.
+func TestSkipValue(t *testing.T) {
+	for _, s := range append(skipSeeds, jsonrawtest.Seeds...) {
+		checkSkip(t, []byte(s))
+	}
+}
+
+// FuzzSkipValue checks SkipValue on any input.
+func FuzzSkipValue(f *testing.F) {
+	for _, s := range append(skipSeeds, jsonrawtest.Seeds...) {
+		if len(s) < 1000 {
+			f.Add([]byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkSkip(t, b) })
 }
