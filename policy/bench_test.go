@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -67,6 +68,41 @@ func BenchmarkEvaluate(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := e.Evaluate(ctx, bm.req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRuleCost measures what OPA charges for each rule a decision reads, the unit the
+// admission bundle is written to spend sparingly (docs/benchmarks.md, the policy layer): a
+// policy that reads no rule, the same policy reading ten constants, and reading ten rules
+// with a body, each evaluated on the agent's status write. The differences are the cost of
+// ten rule evaluations; the first is the floor of any decision (the input and the query).
+func BenchmarkRuleCost(b *testing.B) {
+	policyReading := func(reads string) string {
+		return "package sandboxpool.admission\n\ndeny contains op if {\n\top := input.request.operation\n" +
+			reads + "\tcount(op) == 0\n}\n" // never true, and not one OPA's rule index can skip
+	}
+	var consts, rules, readConsts, readRules strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&consts, "c%d := \"v%d\"\n", i, i)
+		fmt.Fprintf(&rules, "r%d if input.request.operation != \"v%d\"\n", i, i)
+		fmt.Fprintf(&readConsts, "\tc%d != op\n", i)
+		fmt.Fprintf(&readRules, "\tr%d\n", i)
+	}
+	req := statusWrite(b)
+	for _, bm := range []struct{ name, rego string }{
+		{"no-rule", policyReading("")},
+		{"10-constants", policyReading(readConsts.String()) + consts.String()},
+		{"10-rules", policyReading(readRules.String()) + rules.String()},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			e := policytest.NewEngine(b, policytest.Bundle(b, bm.rego))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Evaluate(context.Background(), req); err != nil {
 					b.Fatal(err)
 				}
 			}
