@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -33,10 +34,12 @@ func setUp(ctx context.Context, c *framework.ControlPlane) error {
 	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
 		return err
 	}
+	log := zap.New(zap.UseDevMode(false))
+	ctrllog.SetLogger(log) // controller-runtime's certificate watcher logs to the global logger
 	return cp.StartWebhook(ctx, webhook.Options{
 		ControllerUsernames: []string{controllerUser},
 		OperatorGroups:      []string{v1alpha1.OperatorGroup},
-	}, zap.New(zap.UseDevMode(false)))
+	}, log)
 }
 
 func requireCluster(t testing.TB) *framework.ControlPlane {
