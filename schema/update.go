@@ -390,15 +390,10 @@ func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
 	if l.statusMembers == nil || !jsonraw.Valid(old) || !jsonraw.Valid(obj) {
 		return false
 	}
-	o, ok := jsonraw.Members(old)
-	if !ok {
+	oldBy, n, ok := memberPair(old, obj)
+	if !ok || len(oldBy) != len(n) {
 		return false
 	}
-	n, ok := jsonraw.Members(obj)
-	if !ok || len(o) != len(n) {
-		return false
-	}
-	oldBy := byKey(o)
 	var oldStatus, newStatus []byte
 	for _, m := range n {
 		ov, found := oldBy[m.Key]
@@ -418,15 +413,10 @@ func (s *Schema) statusMembersValid(kind Kind, old, obj []byte) bool {
 	if newStatus == nil {
 		return true
 	}
-	om, ok := jsonraw.Members(oldStatus)
+	oldMembers, nm, ok := memberPair(oldStatus, newStatus)
 	if !ok {
 		return false
 	}
-	nm, ok := jsonraw.Members(newStatus)
-	if !ok {
-		return false
-	}
-	oldMembers := byKey(om)
 	var e *evaluator
 	defer func() {
 		if e != nil {
@@ -474,15 +464,10 @@ func sameMetadata(old, obj []byte) bool {
 	if bytes.Equal(old, obj) {
 		return true
 	}
-	o, ok := jsonraw.Members(old)
+	oldBy, n, ok := memberPair(old, obj)
 	if !ok {
 		return false
 	}
-	n, ok := jsonraw.Members(obj)
-	if !ok {
-		return false
-	}
-	oldBy := byKey(o)
 	count := 0
 	for _, m := range n {
 		if slices.Contains(serverMetadata, m.Key) {
@@ -493,12 +478,26 @@ func sameMetadata(old, obj []byte) bool {
 			return false
 		}
 	}
-	for _, m := range o {
-		if !slices.Contains(serverMetadata, m.Key) {
+	for key := range oldBy {
+		if !slices.Contains(serverMetadata, key) {
 			count--
 		}
 	}
 	return count == 0
+}
+
+// memberPair is the members of the objects old and obj: old's by key, obj's in order; ok is
+// false when either is not an object with distinct keys.
+func memberPair(old, obj []byte) (oldBy map[string][]byte, members []jsonraw.Member, ok bool) {
+	o, ok := jsonraw.Members(old)
+	if !ok {
+		return nil, nil, false
+	}
+	members, ok = jsonraw.Members(obj)
+	if !ok {
+		return nil, nil, false
+	}
+	return byKey(o), members, true
 }
 
 func byKey(ms []jsonraw.Member) map[string][]byte {
