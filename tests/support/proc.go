@@ -160,13 +160,10 @@ func (p *Proc) Stop(grace time.Duration) error {
 		return nil
 	case <-time.After(grace):
 	}
-	p.Signal(syscall.SIGKILL)
-	select {
-	case <-p.Exited():
-		return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.Name, grace)
-	case <-time.After(15 * time.Second):
-		return fmt.Errorf("%s (pid %d) survived SIGKILL", p.Name, p.Pid())
+	if err := p.Kill(); err != nil {
+		return err
 	}
+	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.Name, grace)
 }
 
 // Kill sends SIGKILL and waits for the process to be gone: a crash.
