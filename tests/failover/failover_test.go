@@ -157,9 +157,14 @@ func TestLeaderFailover(t *testing.T) {
 		got := poolNodes(t)
 		return slices.Equal(got, wantNodes(10)), fmt.Sprint(got)
 	})
-	// Only the leader reconciles: exactly one replica reports the class's pools.
-	_, ma := support.HTTPGet("http://" + a.metrics + "/metrics")
-	_, mb := support.HTTPGet("http://" + b.metrics + "/metrics")
+	// Only the leader reconciles: exactly one replica reports the class's pools, once the
+	// leader has counted them (its metrics follow the pools it created).
+	var ma, mb string
+	eventually(t, "a replica reports the class's pools", 10*time.Second, func() (bool, string) {
+		_, ma = support.HTTPGet("http://" + a.metrics + "/metrics")
+		_, mb = support.HTTPGet("http://" + b.metrics + "/metrics")
+		return strings.Contains(ma, `sandboxpool_pools{class="ha"`) || strings.Contains(mb, `sandboxpool_pools{class="ha"`), "neither"
+	})
 	if strings.Contains(ma, `sandboxpool_pools{class="ha"`) == strings.Contains(mb, `sandboxpool_pools{class="ha"`) {
 		t.Fatalf("want exactly one replica (the leader) with class metrics; a has them: %v, b has them: %v",
 			strings.Contains(ma, `class="ha"`), strings.Contains(mb, `class="ha"`))
