@@ -47,11 +47,11 @@ func TestNodeInstalledByTheProcedure(t *testing.T) {
 			t.Errorf("%s runs %s, not a binary install.sh installed into %s", u.Name, exe, vars["BIN_DIR"])
 		}
 	}
-	pids := shimPIDs(t)
-	if len(pids) == 0 {
+	shims := s.PlaceholderShims()
+	if len(shims) == 0 {
 		t.Fatal("no placeholder shim runs")
 	}
-	for _, pid := range pids {
+	for pid := range shims {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		wantAddr := "SANDBOXPOOL_AGENT_ADDRESS=" + filepath.Join(vars["RUN_DIR"], "agent.sock")

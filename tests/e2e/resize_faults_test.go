@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,17 +170,25 @@ func TestReadinessFollowsTheShim(t *testing.T) {
 	ensureClass(t)
 	t.Cleanup(func() { ensureClass(t) })
 	// The test before may have left the lock in two pods a moment longer (a growth's pod
-	// beside the old one until the fold): the kill is of the one pod the lock folds into.
+	// beside the old one until the fold), and a removed pod's shim may outlive it a moment:
+	// the kill is of the shim that runs the one ready sandbox, the pod the lock folds into.
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
-	var pids []int
+	var pid int
 	eventually(t, "the lock in one placeholder pod", time.Minute, func() (bool, string) {
-		pids = shimPIDs(t)
-		return len(pids) == 1 && len(mirrorPods(t)) == 1, fmt.Sprintf("%d placeholder shims run, %d mirror pods", len(pids), len(mirrorPods(t)))
+		sandboxes, shims := readyPlaceholderSandboxes(t), suite.s.PlaceholderShims()
+		pid = 0
+		for p, id := range shims {
+			if len(sandboxes) == 1 && id == sandboxes[0] {
+				pid = p
+			}
+		}
+		return pid != 0 && len(mirrorPods(t)) == 1,
+			fmt.Sprintf("ready sandboxes %q, placeholder shims (pid: sandbox) %v, %d mirror pods", sandboxes, shims, len(mirrorPods(t)))
 	})
 	pod := mirrorPod(t)
 	w := watchLock(t, wrappers.Resources(baseCPU, baseMemory), wrappers.Resources(baseCPU, baseMemory))
 	t0 := time.Now()
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	notReady := eventually(t, "PlaceholderPodReady=False, ShimExited", 10*time.Second, func() (bool, string) {
@@ -258,25 +263,4 @@ func nodeCapacity(t testing.TB) corev1.ResourceList {
 		t.Fatal(err)
 	}
 	return n.Status.Capacity
-}
-
-// shimPIDs are the running placeholder shims' PIDs.
-func shimPIDs(t testing.TB) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err == nil && filepath.Base(exe) == "containerd-shim-placeholder-v2" {
-			out = append(out, pid)
-		}
-	}
-	return out
 }

@@ -565,6 +565,20 @@ func (s *Stack) NodeCtlSocket() string { return s.paths.nodeCtlSock }
 // ContainerdSocket is containerd's GRPC (and CRI) socket.
 func (s *Stack) ContainerdSocket() string { return s.paths.socket }
 
+// PlaceholderShims are the placeholder shims this stack's containerd runs: each one's PID
+// and the ID of the task it was started for (a pod sandbox's ID). Other test packages run a
+// containerd with the same shim at the same time: only the shims whose bundle is below this
+// stack's containerd state count.
+func (s *Stack) PlaceholderShims() map[int]string {
+	out := map[int]string{}
+	for pid, sh := range containerdtest.ShimsBelow(s.paths.containerd) {
+		if sh.Binary == "containerd-shim-placeholder-v2" {
+			out[pid] = filepath.Base(sh.Bundle)
+		}
+	}
+	return out
+}
+
 // Ctr runs ctr against the node's containerd.
 func (s *Stack) Ctr(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
