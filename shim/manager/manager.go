@@ -28,6 +28,9 @@ import (
 // binary name containerd-shim-placeholder-v2 from it.
 const RuntimeName = "io.containerd.placeholder.v2"
 
+// BinaryName is the shim's executable, named as containerd derives it from RuntimeName.
+var BinaryName = shim.BinaryName(RuntimeName)
+
 // GroupAnnotation puts tasks that carry the same value into one shim process, like
 // io.containerd.runc.v2.group for runc. CRI's sandbox ID groups a pod's containers.
 const GroupAnnotation = "io.containerd.placeholder.v2.group"

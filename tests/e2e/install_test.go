@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/shim/manager"
 	"github.com/agentcube/sandboxpool/tests/e2e/stack"
 )
 
@@ -55,7 +56,7 @@ func TestNodeInstalledByTheProcedure(t *testing.T) {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		wantAddr := "SANDBOXPOOL_AGENT_ADDRESS=" + filepath.Join(vars["RUN_DIR"], "agent.sock")
-		if exe != filepath.Join(vars["BIN_DIR"], "containerd-shim-placeholder-v2") || !slices.Contains(strings.Split(string(env), "\x00"), wantAddr) {
+		if exe != filepath.Join(vars["BIN_DIR"], manager.BinaryName) || !slices.Contains(strings.Split(string(env), "\x00"), wantAddr) {
 			t.Errorf("shim %d runs %s with %q; want the installed shim with %s (the installed drop-in)", pid, exe, env, wantAddr)
 		}
 	}
@@ -94,7 +95,7 @@ func TestNodeInstalledByTheProcedure(t *testing.T) {
 	if review.Status.UserInfo.Username != wantUser {
 		t.Errorf("the Lease identity is %q, want %q", review.Status.UserInfo.Username, wantUser)
 	}
-	t.Logf("node-ctl and the agent run their installed units; the shim is %s; the Lease identity %s", filepath.Join(vars["BIN_DIR"], "containerd-shim-placeholder-v2"), review.Status.UserInfo.Username)
+	t.Logf("node-ctl and the agent run their installed units; the shim is %s; the Lease identity %s", filepath.Join(vars["BIN_DIR"], manager.BinaryName), review.Status.UserInfo.Username)
 }
 
 // cmdline is a process's command line.

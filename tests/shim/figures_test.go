@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/shim/manager"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 )
 
@@ -81,7 +82,7 @@ func TestShimFigures(t *testing.T) {
 		return total
 	}
 	placeholderCRI := criRun(handlerPlaceholder)
-	placeholderMem := e.memory(t, "containerd-shim-placeholder-v2")
+	placeholderMem := e.memory(t, manager.BinaryName)
 
 	fmt.Fprintf(&report, "| figure | p50 | p99 (= max of %d) | mean |\n|---|---|---|---|\n", figurePods)
 	row := func(name string, d []time.Duration) {

@@ -42,6 +42,7 @@ import (
 	"github.com/agentcube/sandboxpool/hack/pause/image"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema/corpus"
+	"github.com/agentcube/sandboxpool/shim/manager"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/tests/shim/containerdtest"
 	"github.com/agentcube/sandboxpool/tests/support"
@@ -572,7 +573,7 @@ func (s *Stack) ContainerdSocket() string { return s.paths.socket }
 func (s *Stack) PlaceholderShims() map[int]string {
 	out := map[int]string{}
 	for pid, sh := range containerdtest.ShimsBelow(s.paths.containerd) {
-		if sh.Binary == "containerd-shim-placeholder-v2" {
+		if sh.Binary == manager.BinaryName {
 			out[pid] = filepath.Base(sh.Bundle)
 		}
 	}
