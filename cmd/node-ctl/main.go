@@ -20,7 +20,7 @@ func main() {
 	opts := server.Options{}
 	flag.StringVar(&opts.SocketPath, "socket", api.DefaultSocketPath, "unix socket to serve the API on")
 	flag.StringVar(&opts.ConfigPath, "config", api.DefaultConfigPath, "config file the agent writes; applied at start and on every reload")
-	cgroupPath := flag.String("cgroup-path", api.DefaultCgroupPath, "node-level cgroup the pool is enforced in, relative to the cgroup root")
+	cgroupPath := flag.String("cgroup-path", api.DefaultCgroupPath, "the slice: the cgroup the pool is enforced in, relative to the cgroup root; a child of kubelet's pod root (docs/node-ctl-contract.md, \"Delivery\")")
 	flag.StringVar(&opts.Zone, "zone", "", "zone of this node, reported in the state")
 	flag.BoolVar(&opts.DeleteCgroupOnExit, "delete-cgroup-on-exit", false, "delete the cgroup on graceful shutdown if no process is left in it (never on a plain restart)")
 	level := slog.LevelInfo
@@ -29,6 +29,14 @@ func main() {
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = log
+	warning, err := api.CheckSlicePath(*cgroupPath)
+	if err != nil {
+		log.Error("invalid --cgroup-path", "err", err)
+		os.Exit(1)
+	}
+	if warning != "" {
+		log.Warn(warning)
+	}
 	cg, err := cgroup.Open(*cgroupPath)
 	if err != nil {
 		log.Error("opening the cgroup failed", "err", err)

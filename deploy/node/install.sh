@@ -32,7 +32,9 @@
 #   RUN_DIR             node-ctl's and the agent's sockets [/run/sandbox-pool]
 #   KUBELET_KUBECONFIG  the agent's node identity, kubelet's own [/etc/kubernetes/kubelet.conf]
 #   MANIFEST_DIR        kubelet's staticPodPath [/etc/kubernetes/manifests]
-#   CGROUP_PATH         node-ctl's cgroup [/sandbox-pool]
+#   CGROUP_PATH         node-ctl's cgroup, the slice: a child of kubelet's pod root
+#                       (/kubepods with the cgroupfs driver, /kubepods.slice with systemd)
+#                       [/kubepods/sandbox-pool]
 #   SYSTEMCTL           the systemctl to run [systemctl]; empty: install the files only
 #                       (then reload systemd, restart containerd and start the two units
 #                       yourself)
@@ -51,7 +53,7 @@ config_dir=${CONFIG_DIR:-/etc/sandbox-pool}
 run_dir=${RUN_DIR:-/run/sandbox-pool}
 kubelet_kubeconfig=${KUBELET_KUBECONFIG:-/etc/kubernetes/kubelet.conf}
 manifest_dir=${MANIFEST_DIR:-/etc/kubernetes/manifests}
-cgroup_path=${CGROUP_PATH:-/sandbox-pool}
+cgroup_path=${CGROUP_PATH:-/kubepods/sandbox-pool}
 systemctl=${SYSTEMCTL-systemctl}
 
 agent_args=${AGENT_ARGS:-}
@@ -73,8 +75,8 @@ for v in bin_dir unit_dir default_dir containerd_conf_dir config_dir run_dir kub
 done
 
 # The units and the drop-in name the default paths; each is replaced by the one given.
-# The patterns end where the paths end, so that /sandbox-pool does not match inside
-# /run/sandbox-pool or /etc/sandbox-pool.
+# The patterns end where the paths end, so that /kubepods/sandbox-pool does not match
+# another path.
 rewrite() {
 	sed -e "s#/usr/local/bin/#$bin_dir/#g" \
 		-e "s#/run/sandbox-pool/#$run_dir/#g" \
@@ -82,7 +84,7 @@ rewrite() {
 		-e "s#/etc/default/#$default_dir/#g" \
 		-e "s#/etc/kubernetes/kubelet.conf#$kubelet_kubeconfig#g" \
 		-e "s#/etc/kubernetes/manifests#$manifest_dir#g" \
-		-e "s#--cgroup-path=/sandbox-pool #--cgroup-path=$cgroup_path #g" \
+		-e "s#--cgroup-path=/kubepods/sandbox-pool #--cgroup-path=$cgroup_path #g" \
 		"$1"
 }
 

@@ -21,9 +21,10 @@ const (
 	DefaultSocketPath = "/run/sandbox-pool/node-ctl.sock"
 	// DefaultConfigPath is where the agent writes the config and node-ctl reads it.
 	DefaultConfigPath = "/etc/sandbox-pool/node-ctl.json"
-	// DefaultCgroupPath is the node-level cgroup the reference node-ctl enforces the pool in,
-	// relative to the cgroup root of each controller.
-	DefaultCgroupPath = "/sandbox-pool"
+	// DefaultCgroupPath is the cgroup the reference node-ctl enforces the pool in, relative
+	// to the cgroup root of each controller: the slice, a child of kubelet's pod root on a
+	// node whose kubelet runs the cgroupfs driver with the default cgroupRoot (see slice.go).
+	DefaultCgroupPath = "/" + PodRootCgroupfs + "/sandbox-pool"
 )
 
 // Paths of the HTTP API.

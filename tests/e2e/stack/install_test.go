@@ -22,7 +22,7 @@ var installPaths = [][2]string{
 	{"RUN_DIR", "/run/sandbox-pool"},
 	{"KUBELET_KUBECONFIG", "/etc/kubernetes/kubelet.conf"},
 	{"MANIFEST_DIR", "/etc/kubernetes/manifests"},
-	{"CGROUP_PATH", "/sandbox-pool"},
+	{"CGROUP_PATH", "/kubepods/sandbox-pool"},
 }
 
 // runInstall runs deploy/node/install.sh with every path below dir (the default path's
@@ -115,7 +115,7 @@ func TestInstallScript(t *testing.T) {
 	// What systemd runs: the units' ExecStart with their environment files.
 	for unit, argv := range map[string][]string{
 		"node-ctl": {dir + "/usr/local/bin/node-ctl", "--socket=" + dir + "/run/sandbox-pool/node-ctl.sock",
-			"--config=" + dir + "/etc/sandbox-pool/node-ctl.json", "--cgroup-path=" + dir + "/sandbox-pool", "--zone=zone-a"},
+			"--config=" + dir + "/etc/sandbox-pool/node-ctl.json", "--cgroup-path=" + dir + "/kubepods/sandbox-pool", "--zone=zone-a"},
 		"placeholder-agent": {dir + "/usr/local/bin/placeholder-agent", "--node-name=node-a",
 			"--kubeconfig=" + dir + "/etc/kubernetes/kubelet.conf", "--manifest-dir=" + dir + "/etc/kubernetes/manifests",
 			"--node-ctl-socket=" + dir + "/run/sandbox-pool/node-ctl.sock", "--node-ctl-config=" + dir + "/etc/sandbox-pool/node-ctl.json",
