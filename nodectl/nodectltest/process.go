@@ -23,6 +23,7 @@ import (
 const (
 	nodeCtlPackage = "github.com/agentcube/sandboxpool/cmd/node-ctl"
 	hogPackage     = "github.com/agentcube/sandboxpool/nodectl/nodectltest/internal/hog"
+	loadPackage    = "github.com/agentcube/sandboxpool/hack/load"
 	binDirPrefix   = "sandboxpool-nodectltest-"
 )
 
@@ -32,7 +33,7 @@ var build struct {
 	err  error
 }
 
-// binary returns the path of the named binary ("node-ctl" or "hog"), building both once
+// binary returns the path of the named binary ("node-ctl", "hog" or "load"), building them once
 // per test binary with the go command into a temporary directory. Directories left by
 // earlier test binaries that are gone are removed then.
 func binary(t testing.TB, name string) string {
@@ -49,7 +50,7 @@ func binary(t testing.TB, name string) string {
 		if _, file, _, ok := runtime.Caller(0); ok {
 			b.Dir = filepath.Dir(file)
 		}
-		if err := b.Run(context.Background(), nodeCtlPackage, hogPackage); err != nil {
+		if err := b.Run(context.Background(), nodeCtlPackage, hogPackage, loadPackage); err != nil {
 			build.err = err
 			return
 		}
