@@ -51,6 +51,7 @@ type nodePaths struct {
 	kubeProxyCfg    string
 	podLogs         string
 	pauseArchive    string
+	loadArchive     string
 }
 
 func newNodePaths(dir string) nodePaths {
@@ -80,6 +81,7 @@ func newNodePaths(dir string) nodePaths {
 		kubeProxyCfg:    filepath.Join(n, "kube-proxy.yaml"),
 		podLogs:         filepath.Join(n, "pod-logs"),
 		pauseArchive:    filepath.Join(n, "pause.tar"),
+		loadArchive:     filepath.Join(n, "load.tar"),
 	}
 }
 
@@ -171,8 +173,8 @@ func writeContainerdConfig(p nodePaths) error {
 }
 
 // kubeletConfig is the KubeletConfiguration of the node (REAL-STACK.md: cgroup v1 host →
-// failCgroupV1 false, cgroupfs). Everything kubelet writes is below the node's directory;
-// its pod cgroups are below cgroupRoot; it opens no port (enableServer false, no healthz or
+// failCgroupV1 false, cgroupfs). Everything kubelet writes is below the node's directory but
+// its pod cgroups, below the cgroupRoot of a production node ("/"); it opens no port (enableServer false, no healthz or
 // read-only port but on loopback) and touches no iptables. One host-wide effect remains: like every kubelet
 // without protectKernelDefaults (which would refuse to start instead), it sets the kernel
 // tunables it expects — vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
@@ -257,21 +259,6 @@ func cgroupMounts() ([]string, error) {
 		}
 	}
 	return out, s.Err()
-}
-
-// createCgroup creates the cgroup at path (e.g. "/spe2e123") in every hierarchy: kubelet
-// refuses a cgroupRoot that does not exist.
-func createCgroup(path string) error {
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return err
-	}
-	for _, m := range mounts {
-		if err := os.MkdirAll(filepath.Join(m, path), 0o755); err != nil {
-			return fmt.Errorf("creating cgroup %s in %s: %w", path, m, err)
-		}
-	}
-	return nil
 }
 
 // removeCgroup kills every process left in the cgroup at path and below it, in every

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/agentcube/sandboxpool/hack/pause/image"
+	nodectlapi "github.com/agentcube/sandboxpool/nodectl/api"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/shim/manager"
@@ -117,8 +118,12 @@ type Stack struct {
 	ControllerManager, Scheduler *Proc
 	Containerd, Kubelet          *Proc
 	NodeCtl, Agent, KubeProxy    *Unit
-	// CgroupRoot is kubelet's cgroupRoot; NodeCtlCgroup is node-ctl's cgroup.
-	CgroupRoot, NodeCtlCgroup string
+	// CgroupRoot is kubelet's cgroupRoot, "/" as on a production node, so that its pod root
+	// (PodRoot, /kubepods) is a child of the root cgroup weighted by the node's allocatable
+	// cpu and limited to its allocatable memory; NodeCtlCgroup, node-ctl's slice, is a child
+	// of PodRoot (docs/node-ctl-contract.md, "Delivery"). No cgroup wraps them: what the
+	// slice gets beside the pods is what it would get on a real node.
+	CgroupRoot, PodRoot, NodeCtlCgroup string
 	// Network is the node's CNI network.
 	Network network
 
@@ -173,7 +178,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	id := filepath.Base(o.Dir)
 	s := &Stack{
 		Opts: o, LogDir: filepath.Join(o.Dir, "logs"), id: id, paths: newNodePaths(o.Dir),
-		CgroupRoot: "/" + id + "-kubepods", NodeCtlCgroup: "/" + id + "-node-ctl", Network: networkFor(id),
+		CgroupRoot: "/", PodRoot: podRoot, NodeCtlCgroup: podRoot + "/sandbox-pool", Network: networkFor(id),
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
@@ -242,7 +247,8 @@ func (s *Stack) start(ctx context.Context) error {
 	return s.WaitCluster(ctx, 3*time.Minute)
 }
 
-// build builds the node's binaries (unless Options.Bin has them) and the pause image.
+// build builds the node's binaries (unless Options.Bin has them), the pause image and the
+// load image (the co-located pods of the delivery tests).
 func (s *Stack) build(ctx context.Context) error {
 	s.bin = s.Opts.Bin
 	if s.bin == "" {
@@ -261,8 +267,15 @@ func (s *Stack) build(ctx context.Context) error {
 			return fmt.Errorf("%s missing in %s: %w", filepath.Base(pkg), s.bin, err)
 		}
 	}
-	return image.Build(ctx, s.paths.pauseArchive)
+	if err := image.Build(ctx, s.paths.pauseArchive); err != nil {
+		return err
+	}
+	return image.BuildLoad(ctx, s.paths.loadArchive)
 }
+
+// podRoot is kubelet's pod root with cgroupRoot "/" and the cgroupfs driver: the machine's
+// one, which is why one stack runs on a machine at a time (LockMachine).
+const podRoot = "/" + nodectlapi.PodRootCgroupfs
 
 // NodeBinaries are the main packages of the node half, which deploy/node/install.sh
 // installs.
@@ -272,9 +285,6 @@ var NodeBinaries = []string{"./cmd/placeholder-agent", "./cmd/node-ctl", "./cmd/
 // the link, the node half installed) and boots it.
 func (s *Stack) startNode(ctx context.Context, imagesDir string) error {
 	o, p := s.Opts, s.paths
-	if err := createCgroup(s.CgroupRoot); err != nil {
-		return err
-	}
 	if err := writeCNIConfig(p, s.Network); err != nil {
 		return err
 	}
@@ -391,8 +401,10 @@ func (s *Stack) BootNode(ctx context.Context, waitReady bool) error {
 	}); err != nil {
 		return fmt.Errorf("containerd: %w", err)
 	}
-	if out, err := s.Ctr(ctx, "-n", containerdtest.CRINamespace, "images", "import", p.pauseArchive); err != nil {
-		return fmt.Errorf("importing the pause image: %w: %s", err, out)
+	for _, archive := range []string{p.pauseArchive, p.loadArchive} {
+		if out, err := s.Ctr(ctx, "-n", containerdtest.CRINamespace, "images", "import", archive); err != nil {
+			return fmt.Errorf("importing %s: %w: %s", filepath.Base(archive), err, out)
+		}
 	}
 	if _, err := s.ImportImages(ctx, s.imagesToImport); err != nil {
 		return err
@@ -660,7 +672,7 @@ func (s *Stack) Stop() error {
 			errs = append(errs, s.CP.Stop())
 		}
 		unmountAll(s.Opts.Dir)
-		errs = append(errs, removeCgroup(s.CgroupRoot), removeCgroup(s.NodeCtlCgroup))
+		errs = append(errs, removeCgroup(s.PodRoot))
 		deleteLink(s.Network.Bridge)
 	})
 	return errors.Join(errs...)

@@ -52,7 +52,7 @@ func (s *Stack) State() State {
 		Runner: RecordOf("runner", os.Getpid()), Ready: s.ready, Dir: s.Opts.Dir, Kubeconfig: s.Kubeconfig, LogDir: s.LogDir,
 		NodeName: s.Opts.NodeName, ManifestDir: s.paths.manifests, NodeCtlSocket: s.paths.nodeCtlSock,
 		InstallDir: s.InstallDir(), PodLogDir: s.paths.podLogs,
-		Cgroups: []string{s.CgroupRoot, s.NodeCtlCgroup}, Bridge: s.Network.Bridge, TempDirs: s.envtestDirs,
+		Cgroups: []string{s.PodRoot}, Bridge: s.Network.Bridge, TempDirs: s.envtestDirs,
 	}
 	if s.Opts.Tools.KubeAssets != "" {
 		st.KubeProxy = s.kubeProxyBin()
