@@ -169,7 +169,7 @@ test-unit: ## Run the tests that need no built tools (the rest skip with a messa
 	$(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: bench-scale ## The scale proof (hollow nodes, ~25 min): prints its tables and writes them to docs/benchmarks.md and docs/bench/*.png.
+bench: bench-scale bench-delivery ## The scale proof (hollow nodes, ~25 min) and the slice's delivery (~5 min): prints their tables; the scale proof writes docs/benchmarks.md and docs/bench/*.png.
 
 .PHONY: bench-all
 bench-all: bench-components bench-scale bench-lease-load ## Every benchmark below (~40 min; figures in docs/benchmarks.md).
@@ -249,6 +249,13 @@ bench-e2e: tools images images-b ## End-to-end latencies on the real stack: clas
 	@mkdir -p _output
 	$(TEST_ENV) SANDBOXPOOL_E2E_FIGURES=1 $(GO) test -count=1 -v -timeout 60m -run TestFigures ./tests/e2e/ \
 		| tee _output/bench-e2e.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
+
+.PHONY: bench-delivery
+bench-delivery: tools images images-b ## The slice's delivered cpu under saturation and who is killed first under memory pressure, beside a Guaranteed pod and the slice beside the pods' root (root).
+	@mkdir -p _output
+	$(BENCH_UPTIME) _output/bench-delivery.txt
+	$(TEST_ENV) SANDBOXPOOL_DELIVERY_FIGURES=1 $(GO) test -count=1 -v -timeout 30m -run TestDeliveryFigures ./tests/e2e/ \
+		| tee -a _output/bench-delivery.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
 
 ##@ Demo
 
