@@ -74,7 +74,7 @@ TEST_ENV = KUBEBUILDER_ASSETS=$(CONTROLPLANE) SANDBOXPOOL_CUE=$(CUE) SANDBOXPOOL
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
-		/^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 } \
+		/^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-24s\033[0m %s\n", $$1, $$2 } \
 		/^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Development
@@ -143,7 +143,7 @@ images: ## Build the controller and webhook images as OCI archives in IMAGES_DIR
 IMAGES_B_DIR ?= $(IMAGES_DIR)-b
 
 .PHONY: images-b
-images-b:
+images-b: ## The same images stamped VERSION-b in IMAGES_B_DIR (tests/e2e rolls the Deployments to them and back).
 	$(GO) run ./hack/images build --out $(IMAGES_B_DIR) --repo $(IMAGE_REPO) --version $(VERSION)-b
 
 .PHONY: push
@@ -153,9 +153,17 @@ push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example
 
 ##@ Testing
 
+# The test layers as package lists: unit tests beside the code (real cgroups where a package
+# needs them, as root); the integration suites in tests/ (a real API server, containerd,
+# cgroups); the end-to-end suite on a one-node cluster. make test runs the three lists in one
+# go test, so that their packages share the cores as they go.
+UNIT_PKGS        = $(shell $(GO) list ./... | grep -v /tests/)
+INTEGRATION_PKGS = $(shell $(GO) list ./tests/... | grep -v /tests/e2e)
+E2E_PKGS         = ./tests/e2e/...
+
 .PHONY: test
 test: tools verify cue-vet opa-check images images-b ## Run every test: drift check, cue CLI, unit, integration on a real API server, end-to-end on a one-node cluster.
-	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) ./...
+	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) $(UNIT_PKGS) $(INTEGRATION_PKGS) $(E2E_PKGS)
 	$(MAKE) --no-print-directory fuzz
 
 FUZZ_TIME ?= 20s
@@ -165,8 +173,16 @@ fuzz: ## Fuzz the admission handler for FUZZ_TIME (corpus kept in webhook/testda
 	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 200x ./webhook/
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no built tools (the rest skip with a message).
-	$(GO) test $(GO_TEST_FLAGS) ./...
+test-unit: ## The unit layer: the tests beside the code (no built tools; real-cgroup ones need root).
+	$(GO) test $(GO_TEST_FLAGS) $(UNIT_PKGS)
+
+.PHONY: test-integration
+test-integration: tools ## The integration layer: tests/ on a real API server, containerd and cgroups (root).
+	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) $(INTEGRATION_PKGS)
+
+.PHONY: test-e2e
+test-e2e: tools images images-b ## The end-to-end layer: tests/e2e on a one-node cluster (root).
+	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) $(E2E_PKGS)
 
 .PHONY: bench
 bench: bench-scale bench-delivery ## The scale proof (hollow nodes, ~25 min) and the slice's delivery (~5 min): prints their tables; the scale proof writes docs/benchmarks.md and docs/bench/*.png.
@@ -275,7 +291,7 @@ demo: demo-preflight $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(KUBE_CONT
 		$(DEMO_BIN) up --dir=$(DEMO_DIR) --bin=bin --images=$(IMAGES_DIR)
 
 .PHONY: demo-preflight
-demo-preflight: # before the tools are built: the demo needs root
+demo-preflight: ## Check, before any tool is built, that make demo can run here (root).
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "make demo runs kubelet, containerd and node-ctl on real cgroups: run it as root"; exit 1; fi
 
@@ -287,9 +303,10 @@ demo-down: ## Stop exactly what make demo started (PIDs from its state file) and
 ##@ Tools (built from the Go module proxy into $(TOOLS_DIR), once)
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(KUBE_PROXY) \
+TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(KUBE_PROXY) \
 	$(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
-	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) $(GOLANGCI_LINT) ## Build the pinned tools.
+	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) $(GOLANGCI_LINT)
+tools: $(TOOLS) ## Build every pinned tool make test needs, once, into TOOLS_DIR (the targets below build one each).
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
 	@echo ">> building kube-apiserver and kubectl $(KUBE_VERSION) (first time: several minutes)"
