@@ -199,19 +199,26 @@ func TestRunWithoutCertificate(t *testing.T) {
 }
 
 func TestRunRejectsBadOptions(t *testing.T) {
+	// Nothing listens at cfg: options Run accepted would fail later, on the API server, so
+	// each case must fail with its own reason, and good options with none of them.
 	cfg := &rest.Config{Host: "http://127.0.0.1:1"}
-	for name, o := range map[string]Options{
-		"missing bundle":          {PolicyBundle: filepath.Join(t.TempDir(), "nope"), ControllerUsernames: []string{"c"}},
-		"no controller identity":  {},
-		"controller and operator": {ControllerUsernames: []string{"c"}, OperatorUsernames: []string{"c"}},
-		"address without a port":  {Addr: "127.0.0.1", ControllerUsernames: []string{"c"}},
-		"port zero":               {Addr: ":0", ControllerUsernames: []string{"c"}},
+	for name, tc := range map[string]struct {
+		o    Options
+		says string
+	}{
+		"missing bundle":          {Options{PolicyBundle: filepath.Join(t.TempDir(), "nope"), ControllerUsernames: []string{"c"}}, "loading bundle"},
+		"no controller identity":  {Options{}, "no controller identity"},
+		"controller and operator": {Options{ControllerUsernames: []string{"c"}, OperatorUsernames: []string{"c"}}, "c is both the controller and an operator"},
+		"address without a port":  {Options{Addr: "127.0.0.1", ControllerUsernames: []string{"c"}}, `--addr "127.0.0.1": address 127.0.0.1: missing port`},
+		"port zero":               {Options{Addr: ":0", ControllerUsernames: []string{"c"}}, `--addr ":0": the port must be a number from 1 to 65535`},
+		"negative shutdown delay": {Options{ShutdownDelay: -time.Second, ControllerUsernames: []string{"c"}}, "--shutdown-delay -1s: must not be negative"},
+		"good options":            {Options{ControllerUsernames: []string{"c"}}, "connection refused"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := Run(ctx, cfg, o, logr.Discard()); err == nil {
-				t.Error("Run returned no error")
+			if err := Run(ctx, cfg, tc.o, logr.Discard()); err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("Run = %v, want an error saying %q", err, tc.says)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,9 +137,26 @@ func compressedLayer(img v1.Image) func() ([]byte, error) {
 // TestPushRejectsBadRegistry: an empty or trailing-slash REGISTRY is an error that names
 // it, before anything is read or sent.
 func TestPushRejectsBadRegistry(t *testing.T) {
+	// A good archive, so that the registry is all that is wrong.
+	path := filepath.Join(t.TempDir(), "image.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Image("app", []byte("binary"), ImageConfig{Version: "1", Arch: "amd64", Created: time.Unix(0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteArchive(f, img, "ghcr.io/agentcube/app:1", time.Unix(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	for _, reg := range []string{"", "registry.example.com/"} {
-		if _, err := Push(context.Background(), "does-not-matter.tar", PushOptions{Registry: reg}); err == nil {
-			t.Errorf("registry %q: no error", reg)
+		_, err := Push(context.Background(), path, PushOptions{Registry: reg})
+		if err == nil || !strings.Contains(err.Error(), "want a repository prefix") {
+			t.Errorf("registry %q: %v, want an error asking for a repository prefix", reg, err)
 		}
 	}
 }
