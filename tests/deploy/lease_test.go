@@ -12,6 +12,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,16 +23,22 @@ import (
 	"github.com/agentcube/sandboxpool/tests/support"
 )
 
-// TestAgentLeaseCredentials runs hack/agent-lease-credentials.sh as an operator would and
-// uses what it wrote: a real service account token (TokenRequest) that renews the node's
-// Leases in the Lease namespace through deploy/rbac's RoleBinding and is refused Leases
-// anywhere else.
+// TestAgentLeaseCredentials runs hack/agent-lease-credentials.sh as an operator would, for
+// a node that has registered, and uses what it wrote: a real service account token
+// (TokenRequest) bound to the Node, that renews the node's Leases in the Lease namespace
+// through deploy/rbac's RoleBinding and the node policy, and is refused Leases anywhere
+// else.
 func TestAgentLeaseCredentials(t *testing.T) {
 	cp := suite.Require(t)
 	ctx := context.Background()
 	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
 		t.Fatal(err)
 	}
+	admin := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lease-node"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(ctx, "lease-node", metav1.DeleteOptions{}) })
 	dir := t.TempDir()
 	cmd := exec.CommandContext(ctx, filepath.Join(cp.Root, "hack", "agent-lease-credentials.sh"), "lease-node", dir)
 	cmd.Env = append(append(os.Environ(), cp.KubectlEnv()...), "DURATION=1h")
@@ -56,11 +63,21 @@ func TestAgentLeaseCredentials(t *testing.T) {
 	if got := review.Status.UserInfo.Username; got != want {
 		t.Errorf("the kubeconfig authenticates as %q, want %q", got, want)
 	}
+	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != "lease-node" {
+		t.Errorf("the token carries the node claim %v, want [lease-node] (bound to the Node)", got)
+	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "placeholder-lease-node"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("lease-node")}}
-	created, err := kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating the pool's Lease with the written credentials: %v", err)
+	var created *coordinationv1.Lease
+	// The node policy reaches the API server's admission a moment after it is applied.
+	support.Eventually(t, "the pool's Lease created with the written credentials", 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		created, err = kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err)
+	})
+	if created == nil {
+		if created, err = kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Get(ctx, lease.Name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := kube.CoordinationV1().Leases(v1alpha1.DefaultLeaseNamespace).Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("renewing it: %v", err)
