@@ -74,7 +74,7 @@ func TestValidatingWebhookConfiguration(t *testing.T) {
 		t.Fatalf("%d rules, want 1", len(w.Rules))
 	}
 	r := w.Rules[0]
-	want := []string{v1alpha1.ResourceSandboxPoolClasses, v1alpha1.ResourceSandboxPools, v1alpha1.ResourceSandboxPools + "/status"}
+	want := []string{v1alpha1.ResourceSandboxPoolClasses, v1alpha1.ResourceSandboxPoolClasses + "/status", v1alpha1.ResourceSandboxPools, v1alpha1.ResourceSandboxPools + "/status"}
 	if !slices.Equal(r.APIGroups, []string{v1alpha1.GroupName}) || !slices.Equal(r.APIVersions, []string{v1alpha1.Version}) ||
 		!slices.Equal(slices.Sorted(slices.Values(r.Resources)), slices.Sorted(slices.Values(want))) {
 		t.Errorf("rule matches %v %v %v, want [%s] [%s] %v", r.APIGroups, r.APIVersions, r.Resources, v1alpha1.GroupName, v1alpha1.Version, want)

@@ -35,3 +35,11 @@ deny contains v if {
 	request.is_class
 	some v in runtimeclass.deny
 }
+
+# A class's status is the controller's alone (its counts and conditions): no one else
+# writes it, so no one else can own a field of it.
+status_deny contains violation.new("status", msg) if {
+	request.kind == "class_status"
+	not identity.is_controller(request.user)
+	msg := sprintf("written by the controller only; caller %s is not the controller", [request.username])
+}
