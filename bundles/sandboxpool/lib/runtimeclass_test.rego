@@ -35,6 +35,7 @@ test_other_handler_denied if {
 
 test_update_checks_a_changed_name_only if {
 	old := named(fx.class, "gone")
+
 	# gone does not exist (any more): other changes of the class still go through.
 	resized := json.patch(old, [{"op": "replace", "path": "/spec/resourcePolicy/resources/cpu", "value": "8"}])
 	count(class.deny) == 0 with input as fx.update_class(old, resized) with data.inventory as classes
