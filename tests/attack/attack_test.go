@@ -384,9 +384,9 @@ func moveField(from, to string, path ...string) func([]metav1.ManagedFieldsEntry
 		for _, e := range entries {
 			if e.Manager == from && e.FieldsV1 != nil {
 				var fields map[string]any
-				if err := json.Unmarshal(e.FieldsV1.Raw, &fields); err == nil && unstructuredHas(fields, path) {
+				if err := json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields); err == nil && unstructuredHas(fields, path) {
 					unstructured.RemoveNestedField(fields, path...)
-					e.FieldsV1 = &metav1.FieldsV1{Raw: []byte(mustJSON(fields))}
+					e.FieldsV1 = metav1.NewFieldsV1(mustJSON(fields))
 				}
 			}
 			out = append(out, e)
@@ -395,7 +395,7 @@ func moveField(from, to string, path ...string) func([]metav1.ManagedFieldsEntry
 		_ = unstructured.SetNestedField(moved, map[string]any{}, path...)
 		now := metav1.Now()
 		return append(out, metav1.ManagedFieldsEntry{Manager: to, Operation: metav1.ManagedFieldsOperationUpdate,
-			APIVersion: v1alpha1.SchemeGroupVersion.String(), Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(mustJSON(moved))}})
+			APIVersion: v1alpha1.SchemeGroupVersion.String(), Time: &now, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(mustJSON(moved))})
 	}
 }
 

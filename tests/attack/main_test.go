@@ -176,8 +176,8 @@ func setUp(ctx context.Context, cp *framework.ControlPlane) error {
 		leaseUnbound: {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeA},
 	}
 	bound := map[string][3]string{
-		leaseA:   {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeA, nodeA},
-		leaseB:   {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeB, nodeB},
+		leaseA:    {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeA, nodeA},
+		leaseB:    {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeB, nodeB},
 		leaseAasB: {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeA, nodeB},
 		leaseC:    {v1alpha1.DefaultLeaseNamespace, v1alpha1.LeaseServiceAccountPrefix + nodeC, nodeC},
 	}
