@@ -47,9 +47,13 @@ const MaxLifetime = 24 * time.Hour
 // refreshAt is the share of a token's life after which the Keeper replaces it.
 const refreshAt = 0.8
 
-// retryInterval is how long the Keeper waits after a failed exchange, or between checks of
-// tokenFile for a token an operator put there.
-const retryInterval = 10 * time.Second
+// retryInterval is how long the Keeper waits after a failed refresh, or between checks of
+// tokenFile for a token an operator put there; exchangeRetry after a failed exchange of a
+// token bound to no Node (the Node has not registered yet: renewals wait for it).
+const (
+	retryInterval = 10 * time.Second
+	exchangeRetry = 2 * time.Second
+)
 
 // Keeper holds the Lease identity's current token and replaces it before it expires. It is
 // an oauth2.TokenSource for the identity's clients.
@@ -119,6 +123,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 		if due, in := k.Due(k.clock.Now()); due {
 			if err := k.Refresh(ctx); err != nil {
 				log.Error(err, "refreshing the Lease identity's token (hack/agent-lease-credentials.sh makes a new one if it has expired or its Node was deleted)")
+				if !k.bound() {
+					wait = exchangeRetry
+				}
 			}
 		} else if in < wait {
 			wait = in
@@ -148,6 +155,13 @@ func (k *Keeper) Due(now time.Time) (bool, time.Duration) {
 		return false, left
 	}
 	return true, 0
+}
+
+// bound reports whether the current token is bound to the Keeper's Node.
+func (k *Keeper) bound() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.current.node == k.node
 }
 
 // Refresh requests a new token for the Keeper's service account, bound to its Node and

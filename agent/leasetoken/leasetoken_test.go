@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
@@ -162,5 +164,48 @@ func TestNewChecks(t *testing.T) {
 	}
 	if _, _, err := New(&rest.Config{BearerTokenFile: path}, "node-a", 48*time.Hour, clocktesting.NewFakeClock(t0)); err == nil || !strings.Contains(err.Error(), "--lease-token-expiration") {
 		t.Errorf("48h: %v, want an error naming --lease-token-expiration", err)
+	}
+}
+
+// TestRunExchangesOnceTheNodeExists: Run retries the exchange of a token bound to nothing
+// every exchangeRetry while the API server refuses it (its Node has not registered), and
+// holds the bound token once it is issued; then it waits for 80 % of that token's life.
+func TestRunExchangesOnceTheNodeExists(t *testing.T) {
+	bound := jwt(t, "node-a", t0, time.Hour)
+	calls := 0
+	k, _, cs, _ := keeper(t, jwt(t, "", t0, 10*time.Minute), func() string { return bound })
+	cs.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		calls++
+		if calls <= 2 {
+			return true, nil, errors.New(`nodes "node-a" not found`)
+		}
+		return false, nil, nil
+	})
+	clk := k.clock.(*clocktesting.FakeClock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	for want := 1; want <= 3; want++ {
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return clk.HasWaiters(), nil
+		}); err != nil {
+			t.Fatalf("Run never waited after attempt %d", want)
+		}
+		if tok, _ := k.Token(); want < 3 && tok.AccessToken == bound {
+			t.Fatalf("bound after %d refused attempts", want)
+		}
+		if want < 3 {
+			clk.Step(exchangeRetry)
+		}
+	}
+	if tok, _ := k.Token(); tok.AccessToken != bound || calls != 3 {
+		t.Errorf("after three attempts (%d made): holds the bound token %v", calls, tok.AccessToken == bound)
+	}
+	if due, in := k.Due(clk.Now()); due || in <= exchangeRetry {
+		t.Errorf("the bound token is due %v in %s, want 80 %% of its hour", due, in)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
