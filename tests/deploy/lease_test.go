@@ -124,3 +124,49 @@ func TestNodePolicyCheckCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestPodAndEventCheckCommands runs the checks docs/operator-guide.md gives for the pod policy
+// and the event reporters ("How to verify on a live cluster"): as cluster admin, a server-side
+// dry run of a pod that carries a pool's label, and of an event in the controller's name,
+// are refused by the named policies.
+func TestPodAndEventCheckCommands(t *testing.T) {
+	cp := suite.Require(t)
+	ctx := context.Background()
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac", "placeholder-pod-policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager makes the namespace's default service account here.
+	admin := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := admin.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	const event = `apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {generateName: probe-, namespace: default}
+eventTime: "2026-01-01T00:00:00.000000Z"
+reportingController: sandboxpool-controller
+reportingInstance: sandboxpool-controller-probe
+action: Probe
+reason: Probe
+type: Normal
+regarding: {apiVersion: sandboxpool.agentcube.volcano.sh/v1alpha1, kind: SandboxPool, name: placeholder-node-a}
+`
+	for _, c := range []struct {
+		what, policy, says string
+		stdin              string
+		args               []string
+	}{
+		{"a tenant's pod that looks like a piece of node-a's lock", "sandbox-pool-placeholder-pods", "metadata.labels[sandbox-pool.io/pool-name]: are kept for the placeholder pods", "",
+			[]string{"-n", "default", "run", "fake-piece", "--image=pause", "--dry-run=server",
+				"--labels=sandbox-pool.io/pool-name=placeholder-node-a", `--overrides={"spec":{"nodeName":"node-a"}}`}},
+		{"an event in the controller's name", "sandbox-pool-event-reporters", "only the SandboxPool controller", event,
+			[]string{"create", "--dry-run=server", "-f", "-"}},
+	} {
+		// A policy applied a moment ago reaches the API server's admission a moment later.
+		support.Eventually(t, c.what+" refused", 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+			_, stderr, err := cp.Kubectl(ctx, strings.NewReader(c.stdin), c.args...)
+			return err != nil && strings.Contains(stderr, "ValidatingAdmissionPolicy '"+c.policy+"'") && strings.Contains(stderr, c.says), fmt.Sprint(err, stderr)
+		})
+	}
+}
