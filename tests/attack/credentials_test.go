@@ -11,9 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
@@ -23,13 +21,12 @@ import (
 	"github.com/agentcube/sandboxpool/schema/naming"
 )
 
-// TestLeaseCredentialChain follows a node's Lease identity from its first token to its
-// Node's deletion, with the commands and code the install uses: hack/agent-lease-credentials.sh
-// run before the node has registered makes a token bound to nothing, which the node policy
-// refuses every Lease write; the agent's Keeper (agent/leasetoken) exchanges it, once the
-// Node exists, for a token bound to it, which renews the pool's Lease, and then for the
-// next; once the Node is deleted, the API server takes neither the Lease renewal nor the
-// next exchange.
+// TestLeaseCredentialChain follows a node's Lease identity from its first token on, with the
+// commands and code the install uses: hack/agent-lease-credentials.sh run before the node has
+// registered makes a token bound to nothing, which the node policy refuses every Lease write;
+// the agent's Keeper (agent/leasetoken) exchanges it, once the Node exists, for a token bound
+// to it, which renews the pool's Lease, and then for the next. (That the API server takes
+// neither once the Node is deleted is TestAttacks' node-c.)
 func TestLeaseCredentialChain(t *testing.T) {
 	cp := suite.Require(t)
 	ctx := context.Background()
@@ -90,19 +87,5 @@ func TestLeaseCredentialChain(t *testing.T) {
 	}
 	if _, err := leases.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("renewing with the next token: %v", err)
-	}
-
-	if err := nodes.Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The API server caches a token's successful authentication for 10 s.
-	var renewErr, refreshErr error
-	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, renewErr = leases.Update(ctx, created, metav1.UpdateOptions{})
-		refreshErr = keeper.Refresh(ctx)
-		return renewErr != nil && refreshErr != nil, nil
-	})
-	if !apierrors.IsUnauthorized(renewErr) || !apierrors.IsUnauthorized(refreshErr) {
-		t.Errorf("after the Node's deletion: renewal %v, next token %v; want both Unauthorized", renewErr, refreshErr)
 	}
 }
