@@ -19,6 +19,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -34,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/agentcube/sandboxpool/agent/leasetoken"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema"
@@ -127,7 +129,9 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--lease-kubeconfig: %w", err)
 		}
-		o.leaseConfig = c
+		if o.leaseConfig, o.leaseToken, err = leasetoken.New(c, o.NodeName, o.LeaseTokenExpiration, clock.RealClock{}); err != nil {
+			return nil, fmt.Errorf("--lease-kubeconfig: %w", err)
+		}
 	}
 	sch, err := schema.Compiled()
 	if err != nil {
@@ -209,6 +213,11 @@ func (a *Agent) setup() error {
 	}
 	for _, r := range []manager.RunnableFunc{a.pollNodeCtl, a.renewLeases, a.watchManifests, a.serveShim} {
 		if err := mgr.Add(r); err != nil {
+			return err
+		}
+	}
+	if k := a.opts.leaseToken; k != nil {
+		if err := mgr.Add(manager.RunnableFunc(k.Run)); err != nil {
 			return err
 		}
 	}

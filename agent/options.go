@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/agentcube/sandboxpool/agent/leasetoken"
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -43,6 +44,11 @@ type Options struct {
 	// Lease but its own in kube-node-lease: give the agent a per-node service account here.
 	LeaseKubeconfig string
 	leaseConfig     *rest.Config
+	// LeaseTokenExpiration is how long each token the agent requests for its Lease identity
+	// is valid; it replaces it after 80 % of that (agent/leasetoken). Used when the
+	// LeaseKubeconfig authenticates with a tokenFile.
+	LeaseTokenExpiration time.Duration
+	leaseToken           *leasetoken.Keeper
 	// ManifestVerifyInterval re-checks the manifests even without a file system event.
 	ManifestVerifyInterval time.Duration
 	// Watermark is the share of a smaller memory size usage may reach for a downscale.
@@ -81,6 +87,7 @@ func DefaultOptions() Options {
 		LeaseNamespace:         v1alpha1.DefaultLeaseNamespace,
 		LeaseRenewInterval:     10 * time.Second,
 		LeaseTTL:               40 * time.Second,
+		LeaseTokenExpiration:   leasetoken.DefaultLifetime,
 		ManifestVerifyInterval: 30 * time.Second,
 		Watermark:              DefaultWatermark,
 		DeferredWarningAfter:   10 * time.Minute,
@@ -106,6 +113,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.NodeCtlPollInterval, "node-ctl-poll-interval", o.NodeCtlPollInterval, "How often node-ctl's health and state are read.")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the pool's Lease (the controller's --lease-namespace).")
 	fs.StringVar(&o.LeaseKubeconfig, "lease-kubeconfig", o.LeaseKubeconfig, "Kubeconfig of the identity that renews the pools' Leases (empty: the --kubeconfig one). Needed where the NodeRestriction admission plugin runs: a per-node service account "+v1alpha1.DefaultLeaseNamespace+"/"+v1alpha1.LeaseServiceAccountPrefix+"<node>.")
+	fs.DurationVar(&o.LeaseTokenExpiration, "lease-token-expiration", o.LeaseTokenExpiration, "How long each token the agent requests for its Lease identity (a --lease-kubeconfig with tokenFile) is valid, from 10m to 24h; it requests the next, bound to its Node, after 80 % of that and writes it to the tokenFile.")
 	fs.DurationVar(&o.LeaseRenewInterval, "lease-renew-interval", o.LeaseRenewInterval, "How often the pool's Lease is renewed.")
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "The Lease's duration (the controller's --lease-ttl decides liveness).")
 	fs.DurationVar(&o.ManifestVerifyInterval, "manifest-verify-interval", o.ManifestVerifyInterval, "Re-check the manifests this often even without a file system event.")

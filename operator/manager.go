@@ -32,6 +32,9 @@ import (
 type Options struct {
 	// LeaseNamespace holds the agents' Leases, one per pool, named after the pool.
 	LeaseNamespace string
+	// PodNamespace holds the placeholder pods' mirror pods (the agents' --pod-namespace):
+	// the only pods the controller reads.
+	PodNamespace string
 	// LeaseTTL: a Lease not renewed for this long makes PlaceholderAgentHealthy False.
 	LeaseTTL time.Duration
 	// NodeCtlUnreadyAfter: node-ctl down this long turns Degraded into Unready.
@@ -69,6 +72,7 @@ const DefaultLeaderElectionID = "sandboxpool-controller." + v1alpha1.GroupName
 func DefaultOptions() Options {
 	return Options{
 		LeaseNamespace:          v1alpha1.DefaultLeaseNamespace,
+		PodNamespace:            v1alpha1.DefaultPodNamespace,
 		LeaseTTL:                DefaultLeaseTTL,
 		NodeCtlUnreadyAfter:     phase.DefaultNodeCtlUnreadyAfter,
 		FinalizerTimeout:        DefaultFinalizerTimeout,
@@ -92,6 +96,7 @@ func DefaultOptions() Options {
 // AddFlags binds the options to flags, with the current values as defaults.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the placeholder agents' Leases (one per pool, named after it).")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of the placeholder pods' mirror pods (the agents' --pod-namespace); the controller reads pods there only.")
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "A pool whose agent Lease is not renewed for this long gets PlaceholderAgentHealthy=False.")
 	fs.DurationVar(&o.NodeCtlUnreadyAfter, "nodectl-unready-after", o.NodeCtlUnreadyAfter, "How long node-ctl may be down (status.nodeCtl.downSince) before a Degraded pool becomes Unready.")
 	fs.DurationVar(&o.FinalizerTimeout, "finalizer-timeout", o.FinalizerTimeout, "How long a deleted pool waits for its mirror pod before its finalizer is removed anyway (with a Warning event).")
@@ -127,6 +132,9 @@ func (o *Options) Validate() error {
 	if o.LeaseNamespace == "" {
 		errs = append(errs, errors.New("--lease-namespace must not be empty"))
 	}
+	if o.PodNamespace == "" {
+		errs = append(errs, errors.New("--pod-namespace must not be empty"))
+	}
 	if o.MaxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
 	}
@@ -154,8 +162,9 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 // NewManager builds the controller's manager with both reconcilers, health checks and
-// metrics, caching only what the controller reads: Leases of LeaseNamespace, placeholder pods
-// (those with the pool-name label) and node metadata.
+// metrics, caching only what the controller reads: Leases of LeaseNamespace, the placeholder
+// pods of PodNamespace (those with the pool-name label; its RBAC grants pods there only) and
+// node metadata.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -186,7 +195,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		RetryPeriod:                   &o.LeaderRetryPeriod,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{o.LeaseNamespace: {}}},
-			&corev1.Pod{}:           {Label: labels.NewSelector().Add(*hasPool)},
+			&corev1.Pod{}:           {Namespaces: map[string]cache.Config{o.PodNamespace: {}}, Label: labels.NewSelector().Add(*hasPool)},
 		}},
 	})
 	if err != nil {
@@ -235,7 +244,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&PoolReconciler{
 		Client: poolClient, APIReader: mgr.GetAPIReader(), Recorder: rec, Clock: o.Clock, LeaseNamespace: o.LeaseNamespace,
 		LeaseTTL: o.LeaseTTL, NodeCtlUnreadyAfter: o.NodeCtlUnreadyAfter, FinalizerTimeout: o.FinalizerTimeout,
-		NodeGoneGrace: o.NodeGoneGrace, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		NodeGoneGrace: o.NodeGoneGrace, MaxConcurrentReconciles: o.MaxConcurrentReconciles, PodNamespace: o.PodNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the pool controller: %w", err)
 	}

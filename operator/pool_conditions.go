@@ -41,8 +41,10 @@ func (r *PoolReconciler) nodeExists(ctx context.Context, name string) (bool, err
 // API server's Lease policy (deploy/rbac/node-policy.yaml) lets a node write its own pool's
 // Lease only and in its own name, and a Lease held by anyone else (the policy is missing, or
 // two long node names share their first 232 characters) is ignored, with a Warning event.
-// Messages carry no changing timestamps, so a renewal alone never causes a write.
-// leaseExpiresIn > 0 while the lease is fresh.
+// The agent is healthy while the controller has seen the Lease renewed within the TTL, by
+// its own clock (leaseRenewals): the renewTime a node writes extends nothing. Messages carry
+// no changing timestamps, so a renewal alone never causes a write. leaseExpiresIn > 0 while
+// the lease is fresh.
 func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.SandboxPool, now time.Time) (metav1.Condition, time.Duration, error) {
 	c := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy.String(), ObservedGeneration: pool.Generation}
 	var lease coordinationv1.Lease
@@ -60,20 +62,18 @@ func (r *PoolReconciler) agentCondition(ctx context.Context, pool *v1alpha1.Sand
 		c.Message = fmt.Sprintf("lease %s/%s is held by %q, not by node %s: ignored", r.LeaseNamespace, pool.Name, holder, pool.Spec.NodeName)
 		return c, 0, nil
 	}
-	var renewed time.Time
-	switch {
-	case lease.Spec.RenewTime != nil:
-		renewed = lease.Spec.RenewTime.Time
-	case lease.Spec.AcquireTime != nil:
-		renewed = lease.Spec.AcquireTime.Time
-	}
-	if left := renewed.Add(r.LeaseTTL).Sub(now); left > 0 {
+	renewed := r.renewals.observe(&lease, now, r.LeaseTTL)
+	if left := renewed.Add(r.LeaseTTL).Sub(now); !renewed.IsZero() && left > 0 {
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonLeaseRenewed.String()
 		c.Message = fmt.Sprintf("lease renewed within the last %s", r.LeaseTTL)
 		return c, left, nil
 	}
 	c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired.String()
-	c.Message = fmt.Sprintf("lease not renewed since %s (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
+	if renewed.IsZero() {
+		c.Message = fmt.Sprintf("lease %s/%s never renewed (TTL %s)", r.LeaseNamespace, pool.Name, r.LeaseTTL)
+	} else {
+		c.Message = fmt.Sprintf("lease not renewed since %s, as the controller saw it (TTL %s)", renewed.UTC().Format(time.RFC3339), r.LeaseTTL)
+	}
 	return c, 0, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -57,37 +58,27 @@ type PoolReconciler struct {
 	NodeGoneGrace time.Duration
 	// MaxConcurrentReconciles is the number of pools reconciled at once.
 	MaxConcurrentReconciles int
+	// PodNamespace holds the placeholder pods' mirror pods (the agents' --pod-namespace).
+	PodNamespace string
+
+	// renewals is when the controller saw each pool's Lease renewed, by Clock.
+	renewals leaseRenewals
 }
 
 // SetupWithManager registers the reconciler: pools, the Leases in LeaseNamespace (by name),
 // the creation and deletion of Nodes (node updates, mostly heartbeats, are ignored; nodes are
-// watched as metadata only), and placeholder pods (by their pool-name label), whose
-// disappearance releases a deleted pool.
+// watched as metadata only), and the mirror pods of the placeholder pods in PodNamespace (by
+// their pool-name label), whose disappearance releases a deleted pool.
 func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	byLease := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if o.GetNamespace() != r.LeaseNamespace {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
-	})
 	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: naming.PoolName(o.GetName())}}}
 	})
 	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if pool := poolOfPod(o); pool != "" {
+		if pool := r.poolOfMirrorPod(o); pool != "" {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pool}}}
 		}
 		return nil
 	})
-	// A renewal of a healthy pool's Lease changes nothing now: the reconcile that saw the
-	// pool healthy requeued it for the Lease's expiry, and that pass reads the newest
-	// renewal. Only a renewal that may end an outage (the pool not healthy) is handled at
-	// once. At rest this is one reconcile per pool per TTL instead of one per renewal.
-	// A change of holder is handled at once too: a Lease taken over by another identity no
-	// longer counts for the pool's node.
-	leaseMayRecover := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return holderOf(e.ObjectOld) != holderOf(e.ObjectNew) || !r.agentHealthy(context.Background(), e.ObjectNew.GetName())
-	}}
 	nodeExistence := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 	podGone := predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return false },
@@ -96,7 +87,7 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxpool").
 		For(&v1alpha1.SandboxPool{}).
-		Watches(&coordinationv1.Lease{}, byLease, builder.WithPredicates(leaseMayRecover)).
+		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeExistence), builder.OnlyMetadata).
 		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(podGone)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
@@ -165,6 +156,47 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: soonest(res.RequeueAfter, leaseExpiresIn, goneDeadlineIn)}, nil
+}
+
+// leaseEvents handles the events of the agents' Leases. Each one is first recorded as the
+// controller saw it (leaseRenewals), at the moment it arrives. A renewal of a healthy pool's
+// Lease changes nothing now: the reconcile that saw the pool healthy requeued it for the
+// Lease's expiry, and that pass reads when the controller last saw it renewed. Only a
+// renewal that may end an outage (the pool not healthy) is handled at once. At rest this is
+// one reconcile per pool per TTL instead of one per renewal. A change of holder is handled
+// at once too: a Lease taken over by another identity no longer counts for the pool's node.
+func (r *PoolReconciler) leaseEvents() handler.Funcs {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if o.GetNamespace() == r.LeaseNamespace {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: o.GetName()}})
+		}
+	}
+	see := func(o client.Object) {
+		if l, ok := o.(*coordinationv1.Lease); ok && l.Namespace == r.LeaseNamespace {
+			r.renewals.observe(l, r.Clock.Now(), r.LeaseTTL)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			see(e.Object)
+			enqueue(e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			see(e.ObjectNew)
+			if holderOf(e.ObjectOld) != holderOf(e.ObjectNew) || !r.agentHealthy(ctx, e.ObjectNew.GetName()) {
+				enqueue(e.ObjectNew, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.Object.GetNamespace() == r.LeaseNamespace {
+				r.renewals.forget(e.Object.GetName())
+			}
+			enqueue(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+	}
 }
 
 // agentHealthy reports whether the cache shows pool with PlaceholderAgentHealthy=True.

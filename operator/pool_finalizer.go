@@ -91,24 +91,28 @@ func (r *PoolReconciler) finalize(ctx context.Context, pool *v1alpha1.SandboxPoo
 	return 0, nil
 }
 
-// mirrorPods lists the pods (namespace/name) of the pool on its node: labelled with the
-// pool-name label value and annotated with the full pool name. When the cache has none, the
-// API server confirms: the cache may not have a new pod yet, and releasing a pool whose pod
-// still runs would be wrong, while a confirmation costs one request per deleted pool.
+// mirrorPods lists the mirror pods (namespace/name) of the pool's lock: in PodNamespace,
+// bound to the pool's node, carrying kubelet's mirror annotation and naming the pool
+// (poolOfMirrorPod). A pod that merely carries the pool's labels is none of them: one in
+// another namespace, one without the mirror annotation (which only kubelet's create sets;
+// deploy/placeholder-pod-policy.yaml refuses the pool's labels to anyone but the pod's own
+// node), or one bound to another node. When the cache has none, the API server confirms:
+// the cache may not have a new pod yet, and releasing a pool whose pod still runs would be
+// wrong, while a confirmation costs one request per deleted pool.
 func (r *PoolReconciler) mirrorPods(ctx context.Context, pool *v1alpha1.SandboxPool) ([]string, error) {
-	sel := client.MatchingLabels{v1alpha1.LabelPoolName: naming.LabelValue(pool.Name)}
+	opts := []client.ListOption{client.InNamespace(r.podNamespace()), client.MatchingLabels{v1alpha1.LabelPoolName: naming.LabelValue(pool.Name)}}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, sel); err != nil {
+	if err := r.Client.List(ctx, &pods, opts...); err != nil {
 		return nil, fmt.Errorf("listing the mirror pods of pool %s: %w", pool.Name, err)
 	}
 	if len(pods.Items) == 0 && r.APIReader != nil {
-		if err := r.APIReader.List(ctx, &pods, sel); err != nil {
+		if err := r.APIReader.List(ctx, &pods, opts...); err != nil {
 			return nil, fmt.Errorf("listing the mirror pods of pool %s: %w", pool.Name, err)
 		}
 	}
 	var names []string
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == pool.Spec.NodeName && poolOfPod(&p) == pool.Name {
+		if p.Spec.NodeName == pool.Spec.NodeName && r.poolOfMirrorPod(&p) == pool.Name {
 			names = append(names, p.Namespace+"/"+p.Name)
 		}
 	}
@@ -116,9 +120,24 @@ func (r *PoolReconciler) mirrorPods(ctx context.Context, pool *v1alpha1.SandboxP
 	return names, nil
 }
 
-// poolOfPod is the full name of the pool a placeholder pod belongs to: its pool-name
-// annotation, or its label for a pod without one (the label is the full name when it fits).
-func poolOfPod(o client.Object) string {
+// podNamespace is PodNamespace, or the default install's.
+func (r *PoolReconciler) podNamespace() string {
+	if r.PodNamespace == "" {
+		return v1alpha1.DefaultPodNamespace
+	}
+	return r.PodNamespace
+}
+
+// poolOfMirrorPod is the full name of the pool whose lock o is a piece of, or "" when o is
+// not a mirror pod in the pod namespace: its pool-name annotation, or its label for a pod
+// without one (the label is the full name when it fits).
+func (r *PoolReconciler) poolOfMirrorPod(o client.Object) string {
+	if o.GetNamespace() != r.podNamespace() {
+		return ""
+	}
+	if _, mirror := o.GetAnnotations()[corev1.MirrorPodAnnotationKey]; !mirror {
+		return ""
+	}
 	if name := o.GetAnnotations()[v1alpha1.AnnotationPoolName]; name != "" {
 		return name
 	}

@@ -53,15 +53,30 @@ func BenchmarkEvaluate(b *testing.B) {
 		name      string
 		inventory int
 		req       *admissionv1.AdmissionRequest
+		// runtimeClasses: the engine checks the RuntimeClass, as the webhook's does.
+		runtimeClasses bool
 	}{
 		{name: "class-create", inventory: 1000, req: createClass(b, newClass())},
+		{name: "class-create-runtimeclass", inventory: 1000, req: createClass(b, newClass()), runtimeClasses: true},
 		{name: "pool-create", inventory: 1000, req: createPool(b, newPool("node-new"))},
 		{name: "pool-create-inventory-10k", inventory: 10000, req: createPool(b, newPool("node-new"))},
 		{name: "pool-status-update-by-node", inventory: 1000, req: statusUpdate},
 		{name: "pool-status-write", inventory: 1000, req: statusWrite(b)},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
-			e := policytest.NewEngine(b, policy.WithInventory(inventory(bm.inventory)))
+			opts := []policy.Option{policy.WithInventory(inventory(bm.inventory))}
+			if bm.runtimeClasses {
+				opts = append(opts, policy.WithRuntimeClasses())
+			}
+			e := policytest.NewEngine(b, opts...)
+			if bm.runtimeClasses {
+				if err := e.UpsertRuntimeClass(ctx, v1alpha1.DefaultRuntimeClassName, v1alpha1.PlaceholderRuntimeHandler); err != nil {
+					b.Fatal(err)
+				}
+				if err := e.SetRuntimeClassesSynced(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
 			if d, err := e.Evaluate(ctx, bm.req); err != nil || !d.Allowed {
 				b.Fatalf("Evaluate = %+v, %v; want an allow", d, err)
 			}

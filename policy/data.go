@@ -19,6 +19,11 @@ const (
 	// dataNodes is data.inventory.nodes, the index of pools by node the engine derives:
 	// node name -> pool name -> class.
 	dataNodes = "nodes"
+	// dataRuntimeClasses is data.inventory.runtime_classes: RuntimeClass name ->
+	// {"handler": ...}, with WithRuntimeClasses; dataRuntimeClassesSynced says whether it
+	// holds the cluster's RuntimeClasses yet.
+	dataRuntimeClasses       = "runtime_classes"
+	dataRuntimeClassesSynced = "runtime_classes_synced"
 )
 
 // Defaults of Config.

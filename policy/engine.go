@@ -55,9 +55,10 @@ type Engine struct {
 type Option func(*options)
 
 type options struct {
-	bundle    *bundle.Bundle
-	config    Config
-	inventory map[string]PoolRef
+	bundle         *bundle.Bundle
+	config         Config
+	inventory      map[string]PoolRef
+	runtimeClasses bool
 }
 
 // WithBundle evaluates b (see LoadBundle) instead of the embedded bundle.
@@ -70,6 +71,12 @@ func WithConfig(c Config) Option { return func(o *options) { o.config = c } }
 func WithInventory(pools map[string]PoolRef) Option {
 	return func(o *options) { o.inventory = pools }
 }
+
+// WithRuntimeClasses makes the engine check the RuntimeClass a class or pool names against
+// data.inventory.runtime_classes (UpsertRuntimeClass, DeleteRuntimeClass), which starts out
+// empty and not synced: until SetRuntimeClassesSynced, every request that names a
+// RuntimeClass is denied. Without it (sandboxpool vet, offline) the check is skipped.
+func WithRuntimeClasses() Option { return func(o *options) { o.runtimeClasses = true } }
 
 // New loads the bundle, checks that it defines DenyQuery and prepares the query.
 func New(ctx context.Context, opts ...Option) (*Engine, error) {
@@ -96,6 +103,9 @@ func New(ctx context.Context, opts ...Option) (*Engine, error) {
 	}
 
 	inv := newInventory(o.inventory)
+	if o.runtimeClasses {
+		inv.runtimeClasses = map[string]string{}
+	}
 	store := inmem.NewFromObjectWithOpts(map[string]any{
 		dataConfig:    o.config.value(),
 		dataInventory: inv.value(),

@@ -17,6 +17,10 @@ import (
 type inventory struct {
 	pools map[string]PoolRef
 	nodes map[string]map[string]string // node -> pool -> class
+	// runtimeClasses maps a RuntimeClass to its handler; nil when the engine does not check
+	// RuntimeClasses (WithRuntimeClasses). synced says it holds the cluster's.
+	runtimeClasses map[string]string
+	synced         bool
 }
 
 func newInventory(pools map[string]PoolRef) inventory {
@@ -41,8 +45,18 @@ func (inv inventory) value() map[string]any {
 	for node, entry := range inv.nodes {
 		nodes[node] = nodeValue(entry)
 	}
-	return map[string]any{dataPools: pools, dataNodes: nodes}
+	out := map[string]any{dataPools: pools, dataNodes: nodes}
+	if inv.runtimeClasses != nil {
+		rcs := make(map[string]any, len(inv.runtimeClasses))
+		for name, handler := range inv.runtimeClasses {
+			rcs[name] = runtimeClassValue(handler)
+		}
+		out[dataRuntimeClasses], out[dataRuntimeClassesSynced] = rcs, inv.synced
+	}
+	return out
 }
+
+func runtimeClassValue(handler string) map[string]any { return map[string]any{"handler": handler} }
 
 func (p PoolRef) value() map[string]any {
 	return map[string]any{"class": p.Class, "nodeName": p.NodeName}
@@ -62,6 +76,7 @@ func (e *Engine) SetInventory(ctx context.Context, pools map[string]PoolRef) err
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	inv := newInventory(pools)
+	inv.runtimeClasses, inv.synced = e.inv.runtimeClasses, e.inv.synced
 	if err := storage.WriteOne(ctx, e.store, storage.ReplaceOp, storage.Path{dataInventory}, inv.value()); err != nil {
 		return fmt.Errorf("writing data.%s: %w", dataInventory, err)
 	}
@@ -162,4 +177,65 @@ func without(entry map[string]string, pool string) map[string]string {
 	out := maps.Clone(entry)
 	delete(out, pool)
 	return out
+}
+
+// errNoRuntimeClasses is returned by the RuntimeClass writes of an engine made without
+// WithRuntimeClasses.
+var errNoRuntimeClasses = fmt.Errorf("the engine does not check RuntimeClasses (no WithRuntimeClasses)")
+
+// UpsertRuntimeClass adds or replaces one RuntimeClass of data.inventory.runtime_classes (an
+// informer's add or update).
+func (e *Engine) UpsertRuntimeClass(ctx context.Context, name, handler string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inv.runtimeClasses == nil {
+		return errNoRuntimeClasses
+	}
+	if old, had := e.inv.runtimeClasses[name]; had && old == handler {
+		return nil
+	}
+	path := storage.Path{dataInventory, dataRuntimeClasses, name}
+	if err := storage.WriteOne(ctx, e.store, storage.AddOp, path, runtimeClassValue(handler)); err != nil {
+		return fmt.Errorf("writing RuntimeClass %s to data.%s: %w", name, dataInventory, err)
+	}
+	e.inv.runtimeClasses[name] = handler
+	return nil
+}
+
+// DeleteRuntimeClass removes one RuntimeClass; one not there is no error.
+func (e *Engine) DeleteRuntimeClass(ctx context.Context, name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inv.runtimeClasses == nil {
+		return errNoRuntimeClasses
+	}
+	if _, had := e.inv.runtimeClasses[name]; !had {
+		return nil
+	}
+	path := storage.Path{dataInventory, dataRuntimeClasses, name}
+	if err := storage.WriteOne(ctx, e.store, storage.RemoveOp, path, nil); err != nil {
+		return fmt.Errorf("removing RuntimeClass %s from data.%s: %w", name, dataInventory, err)
+	}
+	delete(e.inv.runtimeClasses, name)
+	return nil
+}
+
+// SetRuntimeClassesSynced records that data.inventory.runtime_classes holds the cluster's
+// RuntimeClasses (the informer's initial list has been delivered): from then on the policy
+// judges the RuntimeClass a request names instead of denying it.
+func (e *Engine) SetRuntimeClassesSynced(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inv.runtimeClasses == nil {
+		return errNoRuntimeClasses
+	}
+	if e.inv.synced {
+		return nil
+	}
+	path := storage.Path{dataInventory, dataRuntimeClassesSynced}
+	if err := storage.WriteOne(ctx, e.store, storage.ReplaceOp, path, true); err != nil {
+		return fmt.Errorf("writing data.%s.%s: %w", dataInventory, dataRuntimeClassesSynced, err)
+	}
+	e.inv.synced = true
+	return nil
 }

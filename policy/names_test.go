@@ -52,6 +52,8 @@ func TestRegoNamesMatchGo(t *testing.T) {
 
 		"controller_field_manager": v1alpha1.FieldManagerController,
 		"agent_field_manager":      v1alpha1.FieldManagerAgent,
+
+		"runtime_handler": v1alpha1.PlaceholderRuntimeHandler,
 	} {
 		if names[key] != want {
 			t.Errorf("%s = %v, Go has %q", key, names[key], want)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,38 +27,44 @@ import (
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
-// fakeAPIServer serves just enough of the Kubernetes API for a SandboxPool informer:
-// discovery, a list with pools, and a watch that stays open and quiet. It refuses
-// streaming lists, so the reflector falls back to list-then-watch.
+// fakeAPIServer serves just enough of the Kubernetes API for the webhook's informers:
+// discovery, a list with pools and one with the placeholder RuntimeClass, and watches that
+// stay open and quiet. It refuses streaming lists, so the reflectors fall back to
+// list-then-watch.
 func fakeAPIServer(t *testing.T, pools ...v1alpha1.SandboxPool) *httptest.Server {
 	t.Helper()
 	return gatedAPIServer(t, nil, pools...)
 }
 
-// gatedAPIServer is fakeAPIServer whose list answers only once release is closed (nil:
-// at once).
+// gatedAPIServer is fakeAPIServer whose list of pools answers only once release is closed
+// (nil: at once).
 func gatedAPIServer(t *testing.T, release <-chan struct{}, pools ...v1alpha1.SandboxPool) *httptest.Server {
 	t.Helper()
 	gv := v1alpha1.GroupName + "/" + v1alpha1.Version
+	nodeGV := nodev1.SchemeGroupVersion.String()
 	stop := make(chan struct{})
 	writeJSON := func(w http.ResponseWriter, code int, v any) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(v)
 	}
+	verbs := metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}})
 	})
 	mux.HandleFunc("/apis", func(w http.ResponseWriter, _ *http.Request) {
 		v := metav1.GroupVersionForDiscovery{GroupVersion: gv, Version: v1alpha1.Version}
+		nv := metav1.GroupVersionForDiscovery{GroupVersion: nodeGV, Version: nodev1.SchemeGroupVersion.Version}
 		writeJSON(w, http.StatusOK, metav1.APIGroupList{
 			TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
-			Groups:   []metav1.APIGroup{{Name: v1alpha1.GroupName, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v}},
+			Groups: []metav1.APIGroup{
+				{Name: v1alpha1.GroupName, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v},
+				{Name: nodev1.GroupName, Versions: []metav1.GroupVersionForDiscovery{nv}, PreferredVersion: nv},
+			},
 		})
 	})
 	mux.HandleFunc("/apis/"+gv, func(w http.ResponseWriter, _ *http.Request) {
-		verbs := metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}
 		writeJSON(w, http.StatusOK, metav1.APIResourceList{
 			TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 			GroupVersion: gv,
@@ -67,39 +74,58 @@ func gatedAPIServer(t *testing.T, release <-chan struct{}, pools ...v1alpha1.San
 			},
 		})
 	})
-	mux.HandleFunc("/apis/"+gv+"/"+v1alpha1.ResourceSandboxPools, func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		switch {
-		case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
-			writeJSON(w, http.StatusBadRequest, metav1.Status{
-				TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-				Status:   metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
-				Message: "streaming lists are not served here",
-			})
-		case q.Get("watch") == "true":
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-			case <-stop:
-			}
-		default:
-			if release != nil {
-				select {
-				case <-release:
-				case <-r.Context().Done():
-					return
-				}
-			}
-			list := v1alpha1.SandboxPoolList{
-				TypeMeta: metav1.TypeMeta{Kind: "SandboxPoolList", APIVersion: gv},
-				ListMeta: metav1.ListMeta{ResourceVersion: "7"},
-				Items:    pools,
-			}
-			writeJSON(w, http.StatusOK, list)
-		}
+	mux.HandleFunc("/apis/"+nodeGV, func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, metav1.APIResourceList{
+			TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+			GroupVersion: nodeGV,
+			APIResources: []metav1.APIResource{{Name: "runtimeclasses", Kind: "RuntimeClass", Verbs: verbs}},
+		})
 	})
+	listWatch := func(gate <-chan struct{}, list func() any) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			q := r.URL.Query()
+			switch {
+			case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
+				writeJSON(w, http.StatusBadRequest, metav1.Status{
+					TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+					Status:   metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+					Message: "streaming lists are not served here",
+				})
+			case q.Get("watch") == "true":
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+				case <-stop:
+				}
+			default:
+				if gate != nil {
+					select {
+					case <-gate:
+					case <-r.Context().Done():
+						return
+					}
+				}
+				writeJSON(w, http.StatusOK, list())
+			}
+		}
+	}
+	mux.HandleFunc("/apis/"+gv+"/"+v1alpha1.ResourceSandboxPools, listWatch(release, func() any {
+		return v1alpha1.SandboxPoolList{
+			TypeMeta: metav1.TypeMeta{Kind: "SandboxPoolList", APIVersion: gv},
+			ListMeta: metav1.ListMeta{ResourceVersion: "7"},
+			Items:    pools,
+		}
+	}))
+	mux.HandleFunc("/apis/"+nodeGV+"/runtimeclasses", listWatch(nil, func() any {
+		return nodev1.RuntimeClassList{
+			TypeMeta: metav1.TypeMeta{Kind: "RuntimeClassList", APIVersion: nodeGV},
+			ListMeta: metav1.ListMeta{ResourceVersion: "7"},
+			Items: []nodev1.RuntimeClass{{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultRuntimeClassName, ResourceVersion: "3"},
+				Handler: v1alpha1.PlaceholderRuntimeHandler}},
+		}
+	}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		close(stop)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -114,9 +115,10 @@ func (o Options) policyConfig() policy.Config {
 	}
 }
 
-// NewEngine loads the policy of o (its bundle, or the embedded one) with o's identities.
+// NewEngine loads the policy of o (its bundle, or the embedded one) with o's identities,
+// checking RuntimeClasses against an inventory that starts empty and not synced.
 func NewEngine(ctx context.Context, o Options) (*policy.Engine, error) {
-	opts := []policy.Option{policy.WithConfig(o.policyConfig())}
+	opts := []policy.Option{policy.WithConfig(o.policyConfig()), policy.WithRuntimeClasses()}
 	if o.PolicyBundle != "" {
 		b, err := policy.LoadBundle(o.PolicyBundle)
 		if err != nil {
@@ -189,7 +191,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 //     the webhook server's, certwatcher's, client-go's and the Go runtime and process
 //     collectors;
 //   - its cache holds the cluster-wide SandboxPool informer that feeds the policy's
-//     inventory, reached through cfg.
+//     inventory, and the RuntimeClass informer that feeds its RuntimeClasses, reached
+//     through cfg; /readyz also waits for both.
 func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *atomic.Bool, log logr.Logger) (manager.Manager, error) {
 	opts = opts.withDefaults()
 	host, port, err := splitAddr(opts.Addr)
@@ -212,8 +215,10 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *a
 		return nil, err
 	}
 	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("building the scheme: %w", err)
+	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, nodev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, fmt.Errorf("building the scheme: %w", err)
+		}
 	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme: scheme,
@@ -231,7 +236,7 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *a
 		HealthProbeBindAddress: opts.HealthAddr,
 		LivenessEndpointName:   HealthzPath,
 		ReadinessEndpointName:  ReadyzPath,
-		Cache:                  cache.Options{DefaultTransform: trimPool},
+		Cache:                  cache.Options{DefaultTransform: trimCached},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -247,6 +252,17 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *a
 	if err := inv.Register(informer); err != nil {
 		return nil, fmt.Errorf("registering the pool inventory: %w", err)
 	}
+	rcs := NewRuntimeClasses(engine, log.WithName("runtimeclasses"))
+	rcInformer, err := mgr.GetCache().GetInformer(ctx, &nodev1.RuntimeClass{})
+	if err != nil {
+		return nil, fmt.Errorf("creating the RuntimeClass informer: %w", err)
+	}
+	if err := rcs.Register(rcInformer); err != nil {
+		return nil, fmt.Errorf("registering the RuntimeClass inventory: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(rcs.Run)); err != nil {
+		return nil, err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
@@ -257,6 +273,15 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *a
 	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
 		if !inv.HasSynced() {
 			return errors.New("pool inventory not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// Until then every class or pool that names a RuntimeClass would be refused.
+	if err := mgr.AddReadyzCheck("runtimeclasses", func(*http.Request) error {
+		if !rcs.HasSynced() {
+			return errors.New("RuntimeClasses not synced")
 		}
 		return nil
 	}); err != nil {
@@ -318,12 +343,18 @@ func registerRuntimeMetrics(reg prometheus.Registerer) error {
 
 var _ PoolInformer = cache.Informer(nil)
 
-// trimPool drops the parts of a pool the inventory does not read before it is cached.
-func trimPool(obj any) (any, error) {
-	if p, ok := obj.(*v1alpha1.SandboxPool); ok {
-		p.ManagedFields = nil
-		p.Annotations = nil
-		p.Status = v1alpha1.SandboxPoolStatus{}
+// trimCached drops the parts of a pool or RuntimeClass the inventories do not read before
+// it is cached.
+func trimCached(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *v1alpha1.SandboxPool:
+		o.ManagedFields = nil
+		o.Annotations = nil
+		o.Status = v1alpha1.SandboxPoolStatus{}
+	case *nodev1.RuntimeClass:
+		o.ManagedFields = nil
+		o.Annotations = nil
+		o.Overhead, o.Scheduling = nil, nil
 	}
 	return obj, nil
 }

@@ -73,6 +73,17 @@ const (
 	DefaultPodNamespace = DefaultSystemNamespace
 )
 
+// The RuntimeClass of the placeholder pods (deploy/runtimeclass.yaml). A class names it in
+// spec.placeholderPod.runtimeClassName (DefaultRuntimeClassName unless it says otherwise);
+// the webhook admits only a RuntimeClass that exists and whose handler is
+// PlaceholderRuntimeHandler, the CRI runtime handler of the placeholder shim
+// (deploy/containerd/placeholder.toml), since kubelet admits a piece it cannot run
+// otherwise.
+const (
+	DefaultRuntimeClassName   = "placeholder"
+	PlaceholderRuntimeHandler = "placeholder"
+)
+
 // Server-side apply field managers: the two writers of SandboxPool status (docs/design.md §4).
 const (
 	FieldManagerAgent      = "placeholder-agent"

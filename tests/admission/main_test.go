@@ -27,11 +27,11 @@ func TestMain(m *testing.M) {
 	os.Exit(framework.Run(m, &suite, setUp, framework.WithWebhooks(filepath.Join("deploy", "webhook"))))
 }
 
-// setUp applies the RBAC of deploy/rbac and starts the webhook where the API server
+// setUp applies the RBAC of deploy/rbac and the RuntimeClass and starts the webhook where the API server
 // expects it, then waits until it is ready (certificate loaded, inventory synced).
 func setUp(ctx context.Context, c *framework.ControlPlane) error {
 	cp = c
-	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac"); err != nil {
+	if err := cp.ApplyDeploy(ctx, "namespace.yaml", "rbac", "runtimeclass.yaml"); err != nil {
 		return err
 	}
 	log := zap.New(zap.UseDevMode(false))

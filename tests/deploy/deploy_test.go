@@ -41,7 +41,7 @@ func TestBaseListsEveryManifest(t *testing.T) {
 		built[key(o)] = true
 	}
 	var want []*unstructured.Unstructured
-	for _, p := range []string{"namespace.yaml", "runtimeclass.yaml", "crds", "rbac", "controller", "webhook"} {
+	for _, p := range []string{"namespace.yaml", "runtimeclass.yaml", "placeholder-pod-policy.yaml", "crds", "rbac", "controller", "webhook"} {
 		want = append(want, readManifests(t, filepath.Join(cp.Root, "deploy", p))...)
 	}
 	for _, o := range want {

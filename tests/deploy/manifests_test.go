@@ -406,3 +406,67 @@ func TestCertManagerComponent(t *testing.T) {
 		}
 	}
 }
+
+// TestOffPoolNodesComponent: with deploy/overlays/off-pool-nodes, the controller's and the
+// webhook's Pods require a node that carries none of the label keys the example classes
+// select by, and nothing else of the base changes.
+func TestOffPoolNodesComponent(t *testing.T) {
+	cp := suite.Require(t)
+	install, _ := installTree(t, cp.Root, "overlays/off-pool-nodes")
+	objs := build(t, cp, install)
+	base := build(t, cp, filepath.Join(cp.Root, "deploy"))
+
+	var keys []string
+	for _, f := range readManifests(t, filepath.Join(cp.Root, "examples")) {
+		if f.GetKind() != v1alpha1.KindSandboxPoolClass {
+			continue
+		}
+		labels, _, _ := unstructured.NestedStringMap(f.Object, "spec", "selector", "matchLabels")
+		for k := range labels {
+			keys = append(keys, k)
+		}
+		exprs, _, _ := unstructured.NestedSlice(f.Object, "spec", "selector", "matchExpressions")
+		for _, e := range exprs {
+			if k, ok := e.(map[string]any)["key"].(string); ok {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		t.Fatal("no selector keys in examples/")
+	}
+	for _, name := range []string{controllerName, webhookName} {
+		d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", name))
+		a := d.Spec.Template.Spec.Affinity
+		if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+			len(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) != 1 {
+			t.Errorf("%s: affinity %+v, want one required node selector term", name, a)
+			continue
+		}
+		term := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
+		for _, k := range keys {
+			if !slices.ContainsFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+				return r.Key == k && r.Operator == corev1.NodeSelectorOpDoesNotExist
+			}) {
+				t.Errorf("%s: no %s DoesNotExist in %+v: a node an example class selects could run it", name, k, term.MatchExpressions)
+			}
+		}
+		// Without the affinity it is the base's Deployment.
+		b := typed[appsv1.Deployment](t, find(t, base, "Deployment", name))
+		d.Spec.Template.Spec.Affinity = b.Spec.Template.Spec.Affinity
+		if !equality.Semantic.DeepEqual(d, b) {
+			t.Errorf("the component changes more of %s than its affinity", name)
+		}
+	}
+	if len(objs) != len(base) {
+		t.Errorf("base + off-pool-nodes renders %d objects, the base %d", len(objs), len(base))
+	}
+	for _, b := range base {
+		if b.GetKind() == "Deployment" {
+			continue
+		}
+		if o := find(t, objs, b.GetKind(), b.GetName()); !equality.Semantic.DeepEqual(o.Object, b.Object) {
+			t.Errorf("the component changes %s", key(b))
+		}
+	}
+}

@@ -2,13 +2,19 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/e2e/stack"
 )
 
 // TestNodeCtlKilled: node-ctl crashes and its unit does not bring it back → the agent
@@ -94,7 +100,10 @@ func TestAgentStopped(t *testing.T) {
 
 // TestNodeDeleted: the Node object is deleted → NodeNotFound=True → Unready. kubelet
 // registers a node only when it starts, so the node comes back when kubelet is restarted
-// (the static pod keeps running meanwhile) → Ready. Meanwhile the cluster does what it does
+// (the static pod keeps running meanwhile); the agent's Lease token was bound to the deleted
+// Node and is refused from then on, so, as docs/operator-guide.md says ("Lease identity
+// tokens"), the operator makes a new one for the node with hack/agent-lease-credentials.sh
+// and copies it to the node, where the agent takes it → Ready. Meanwhile the cluster does what it does
 // to a deleted Node: the garbage collector deletes its mirror pods (a mirror pod is owned by
 // its Node; kubelet creates it again once the node is back), and its Pods leave their
 // Services' endpoints (the EndpointSlice controller skips Pods of a missing node) — here
@@ -108,6 +117,7 @@ func TestNodeDeleted(t *testing.T) {
 			_ = s.Kubelet.Start()
 		}
 		eventually(t, "node Ready", 2*time.Minute, func() (bool, string) { return s.NodeReady(ctx), "" })
+		renewLeaseCredential(t, s)
 		ensureClass(t)
 	})
 	pod := mirrorPod(t)
@@ -126,6 +136,7 @@ func TestNodeDeleted(t *testing.T) {
 	if err := s.WaitCluster(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	renewLeaseCredential(t, s)
 	ready := waitPhase(t, v1alpha1.PhaseReady, time.Minute, func(p *v1alpha1.SandboxPool) bool {
 		return condIs(p, v1alpha1.ConditionNodeNotFound.String(), metav1.ConditionFalse)
 	})
@@ -140,5 +151,30 @@ func TestNodeDeleted(t *testing.T) {
 		back.Round(time.Millisecond), ready.Round(time.Millisecond), pod.UID, now.UID, containerID(pod), containerID(now))
 	if containerID(now) != containerID(pod) {
 		t.Errorf("the static pod's container was restarted: %s → %s", containerID(pod), containerID(now))
+	}
+}
+
+// renewLeaseCredential does what an operator does when the agent's Lease token no longer
+// works (its Node was deleted): hack/agent-lease-credentials.sh makes a new token, bound to
+// the node's Node object as it is now, and it is copied over the token file of the agent's
+// Lease kubeconfig, where the agent takes it.
+func renewLeaseCredential(t *testing.T, s *stack.Stack) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(s.CP.Root, "hack", "agent-lease-credentials.sh"), nodeName, dir)
+	cmd.Env = append(os.Environ(), "KUBECTL="+s.Opts.Tools.Kubectl(), "KUBECONFIG="+s.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "bound to Node "+nodeName) {
+		t.Fatalf("hack/agent-lease-credentials.sh: %v: %s", err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.InstallVars()["LEASE_KUBECONFIG"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.BearerTokenFile, token, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,9 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+	"github.com/agentcube/sandboxpool/tests/e2e/stack"
 )
 
 // nodeCtlIdentity is what shows that node-ctl was not restarted: its pid and start time.
@@ -33,18 +35,27 @@ func containerID(p *corev1.Pod) string {
 	return p.Status.ContainerStatuses[0].ContainerID
 }
 
-// TestMirrorPodDeletedComesBack: deleting the mirror pod through the API does not touch the
-// static pod; kubelet creates a new mirror pod within seconds, and node-ctl is not
-// restarted.
+// TestMirrorPodDeletedComesBack: deleting a piece of the lock through the API is refused to a
+// cluster admin (deploy/placeholder-pod-policy.yaml: the scheduler's view never lapses), and
+// the mirror pod stays. Deleted by its node's own identity, as kubelet deletes it, it does
+// not touch the static pod; kubelet creates a new mirror pod within seconds, and node-ctl is
+// not restarted.
 func TestMirrorPodDeletedComesBack(t *testing.T) {
-	requireStack(t)
+	s := requireStack(t)
 	ensureClass(t)
 	before := mirrorPod(t)
 	nc := nodeCtlIdentity(t)
 
-	created, ready := deleteMirrorPod(t, before)
+	err := kube.CoreV1().Pods(before.Namespace).Delete(context.Background(), before.Name, metav1.DeleteOptions{})
+	if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'sandbox-pool-placeholder-pod-deletion'") {
+		t.Fatalf("a cluster admin deleting mirror pod %s: %v; want the pod policy's refusal", before.Name, err)
+	}
+	if p := mirrorPod(t); p == nil || p.UID != before.UID {
+		t.Fatalf("the mirror pod changed after a refused deletion: %s → %s", before.UID, podState(p))
+	}
+	created, ready := deleteMirrorPod(t, s, before)
 	after := mirrorPod(t)
-	t.Logf("mirror pod deleted → a new one in %s, Running and Ready in %s (uid %s → %s, container %s → %s)",
+	t.Logf("a cluster admin's deletion refused; deleted as the node → a new mirror pod in %s, Running and Ready in %s (uid %s → %s, container %s → %s)",
 		created.Round(time.Millisecond), ready.Round(time.Millisecond), before.UID, after.UID, containerID(before), containerID(after))
 	if containerID(after) != containerID(before) {
 		t.Errorf("the static pod's container was restarted: %s → %s", containerID(before), containerID(after))
@@ -55,15 +66,24 @@ func TestMirrorPodDeletedComesBack(t *testing.T) {
 	waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, nil)
 }
 
-// deleteMirrorPod deletes the mirror pod (as a user would, with the default grace period)
-// and returns how long until a new one exists and until it is Running and Ready. kubelet
-// deletes the old one at once, but creates the new one on its next periodic sync of the
-// static pod (--sync-frequency: 10 s here, 1 min by default), and reports its status on
-// its status manager's next sync (10 s).
-func deleteMirrorPod(t testing.TB, pod *corev1.Pod) (created, ready time.Duration) {
+// deleteMirrorPod deletes the mirror pod as its node's own identity (system:node:<node>, as
+// kubelet deletes a mirror pod; the pod policy refuses anyone else but the garbage
+// collectors) with the default grace period, and returns how long until a new one exists and
+// until it is Running and Ready. kubelet creates the new one on its next periodic sync of the
+// static pod (--sync-frequency: 10 s here, 1 min by default), and reports its status on its
+// status manager's next sync (10 s).
+func deleteMirrorPod(t testing.TB, s *stack.Stack, pod *corev1.Pod) (created, ready time.Duration) {
 	t.Helper()
+	cfg, err := s.CP.AddUser("system:node:"+nodeName, "system:nodes", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
-	if err := kube.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+	if err := asNode.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ready = eventually(t, "a new mirror pod", 2*time.Minute, func() (bool, string) {

@@ -46,6 +46,30 @@ func (c *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, name
 	return cfg, nil
 }
 
+// ServiceAccountConfigBoundTo is ServiceAccountConfig with a token bound to ref (a Node, a
+// Pod, a Secret: TokenRequest's boundObjectRef), valid for an hour: the API server stops
+// accepting it once that object is deleted, and carries its name in the identity (for a
+// Node, user info extra authentication.kubernetes.io/node-name).
+func (c *ControlPlane) ServiceAccountConfigBoundTo(ctx context.Context, namespace, name string, ref *authenticationv1.BoundObjectReference) (*rest.Config, error) {
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating service account %s/%s: %w", namespace, name, err)
+	}
+	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600)), BoundObjectRef: ref},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("requesting a token for %s/%s bound to %s %s: %w", namespace, name, ref.Kind, ref.Name, err)
+	}
+	cfg := rest.AnonymousClientConfig(c.Config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
+}
+
 // StartWebhook runs the admission webhook (webhook.Run, in this process) with opts'
 // identities where the API server expects the configuration registered with WithWebhooks,
 // until ctx ends, and returns once it is ready (certificate loaded, pool inventory synced).

@@ -82,16 +82,26 @@ func deleteClassAndWait(t *testing.T, name string) {
 	})
 }
 
-// mirrorPod stands in for the pod kubelet mirrors from the agent's static manifest: bound to
-// the node, labelled with the pool.
+// mirrorPod stands in for the pod kubelet mirrors from the agent's static manifest: in the
+// pod namespace, bound to the node, with kubelet's mirror annotation, labelled with the pool.
 func mirrorPod(t *testing.T, pool, node string) *corev1.Pod {
 	t.Helper()
+	return podLike(t, mirrorNamespace, "sandbox-pool-"+pool+"-"+node, pool, node, true)
+}
+
+// podLike creates a pod in namespace, bound to node, that carries pool's label and
+// annotation, and kubelet's mirror annotation when mirror is set.
+func podLike(t *testing.T, namespace, name, pool, node string, mirror bool) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: mirrorNamespace, Name: "sandbox-pool-" + pool + "-" + node,
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Labels:      map[string]string{v1alpha1.LabelPoolName: naming.LabelValue(pool)},
 			Annotations: map[string]string{v1alpha1.AnnotationPoolName: pool}},
 		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "pause", Image: "pause"}}},
+	}
+	if mirror {
+		pod.Annotations[corev1.MirrorPodAnnotationKey] = "static-" + name
 	}
 	if err := admin.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,8 @@
 // Package operator tests the SandboxPool controller on a real API server, run as its own
-// service-account identity with exactly the RBAC of deploy/rbac (not as admin).
+// service-account identity with exactly the RBAC of deploy/rbac (not as admin). The
+// placeholder pods' admission policy (deploy/placeholder-pod-policy.yaml) is not applied:
+// it would refuse the stand-in mirror pods the tests create as admin, and the forged pods
+// that show the controller's own check (tests/attack runs it).
 package operator
 
 import (

@@ -45,7 +45,7 @@ var suite framework.Suite
 func TestMain(m *testing.M) {
 	os.Exit(framework.Run(m, &suite, func(ctx context.Context, cp *framework.ControlPlane) error {
 		ctrllog.SetLogger(zap.New(zap.UseDevMode(false)))
-		return cp.ApplyDeploy(ctx, "namespace.yaml", "rbac")
+		return cp.ApplyDeploy(ctx, "namespace.yaml", "rbac", "runtimeclass.yaml")
 	}, framework.WithWebhooks(filepath.Join("deploy", "webhook"))))
 }
 

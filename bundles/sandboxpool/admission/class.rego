@@ -7,6 +7,7 @@ package sandboxpool.admission.class
 
 import data.sandboxpool.lib.identity
 import data.sandboxpool.lib.request
+import data.sandboxpool.lib.runtimeclass
 import data.sandboxpool.lib.violation
 
 # spec.selector is immutable: a change would delete and create pools en masse, as with
@@ -26,4 +27,19 @@ deny contains violation.new("spec", msg) if {
 	identity.is_controller(request.user)
 	object.get(request.obj, "spec", null) != object.get(request.old, "spec", null)
 	msg := sprintf("declared by cluster admins; the controller (caller %s) may change a class's finalizers and status only", [request.username])
+}
+
+# The RuntimeClass of the placeholder pods exists and runs the placeholder runtime
+# (lib/runtimeclass.rego).
+deny contains v if {
+	request.is_class
+	some v in runtimeclass.deny
+}
+
+# A class's status is the controller's alone (its counts and conditions): no one else
+# writes it, so no one else can own a field of it.
+status_deny contains violation.new("status", msg) if {
+	request.kind == "class_status"
+	not identity.is_controller(request.user)
+	msg := sprintf("written by the controller only; caller %s is not the controller", [request.username])
 }

@@ -7,6 +7,7 @@ package sandboxpool.admission
 import data.sandboxpool.admission.class
 import data.sandboxpool.admission.pool
 import data.sandboxpool.admission.status
+import data.sandboxpool.lib.managers
 import data.sandboxpool.lib.request
 
 # METADATA
@@ -24,4 +25,15 @@ deny contains v if {
 deny contains v if {
 	request.kind == "pool_status"
 	some v in status.deny
+}
+
+deny contains v if {
+	request.kind == "class_status"
+	some v in class.status_deny
+}
+
+# Field ownership, on every kind (lib/managers.rego).
+deny contains v if {
+	request.kind
+	some v in managers.deny
 }

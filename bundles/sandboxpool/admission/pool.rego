@@ -9,6 +9,7 @@ package sandboxpool.admission.pool
 import data.sandboxpool.lib.identity
 import data.sandboxpool.lib.names
 import data.sandboxpool.lib.request
+import data.sandboxpool.lib.runtimeclass
 import data.sandboxpool.lib.violation
 
 # immutable are the spec fields set once by the controller.
@@ -129,4 +130,11 @@ pools_on_node(node) := object.get(data.inventory.nodes, node, {}) if {
 } else := {name: pool.class |
 	some name, pool in data.inventory.pools
 	pool.nodeName == node
+}
+
+# The RuntimeClass of the placeholder pods exists and runs the placeholder runtime
+# (lib/runtimeclass.rego).
+deny contains v if {
+	request.is_pool
+	some v in runtimeclass.deny
 }

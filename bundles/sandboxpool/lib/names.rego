@@ -27,3 +27,7 @@ node_label := "sandbox-pool.io/node"
 controller_field_manager := "sandboxpool-controller"
 
 agent_field_manager := "placeholder-agent"
+
+# runtime_handler is the CRI runtime handler of the placeholder shim
+# (v1alpha1.PlaceholderRuntimeHandler): the RuntimeClass a class or pool names must run it.
+runtime_handler := "placeholder"

@@ -23,15 +23,15 @@ is_write if is_create
 
 is_write if is_update
 
-# kind is what the request is about: "class", "pool" or "pool_status" (the status
-# subresource), and undefined for anything else. The resources are one literal table: OPA
+# kind is what the request is about: "class", "class_status", "pool" or "pool_status" (the
+# status subresources), and undefined for anything else. The resources are one literal table: OPA
 # evaluates each rule a request reads once per decision at a cost of several
 # microseconds, and every request asks (docs/benchmarks.md, the policy layer).
 kind := kinds[r.group][r.resource][object.get(input.request, "subResource", "")] if r := input.request.resource
 
 # kinds maps group, resource and subresource ("" for the main resource) to a kind.
 kinds := {"sandboxpool.agentcube.volcano.sh": {
-	"sandboxpoolclasses": {"": "class"},
+	"sandboxpoolclasses": {"": "class", "status": "class_status"},
 	"sandboxpools": {"": "pool", "status": "pool_status"},
 }}
 

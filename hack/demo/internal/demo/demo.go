@@ -352,8 +352,8 @@ Try next:
   kubectl get sp %[4]s -o jsonpath='{.status.resize}'; echo
   curl -s --unix-socket %[5]s http://node-ctl/v1/state; echo
   kubectl -n %[6]s delete pod -l sandbox-pool.io/node=%[1]s
-                                          # the mirror pods: kubelet recreates them on its
-                                          # next sync (10 s here; 1 min with kubelet's default)
+                                          # the mirror pods: refused, the scheduler's view of
+                                          # the lock never lapses (only the node deletes them)
   rm %[7]s/sandbox-pool-%[4]s_*.yaml
                                           # the manifests: the agent restores the lock at once
   kubectl -n %[6]s delete pod -l app.kubernetes.io/name=sandbox-pool-webhook --wait=false
