@@ -89,9 +89,9 @@ func TestResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The agent decides with the usage it last polled: wait until it has seen more than
-	// the watermark. It reports the figure in status.poolInfo once it moved by 16 MiB or
-	// more, so a figure polled while the hog allocated (at most 108.8 MiB, or it would do)
-	// is followed by another once the hog holds its 126 MiB.
+	// the watermark. It reports the figure in status.poolInfo again only once it moved by
+	// 16 MiB, so a figure reported while the hog was still allocating stays until then: from
+	// any figure up to 110 MiB that happens once the hog holds its 126 MiB.
 	eventually(t, "the agent sees the memory in use", 20*time.Second, func() (bool, string) {
 		p := getPool(t)
 		return p.Status.PoolInfo != nil && ptr.Deref(p.Status.PoolInfo.AllocatedMemoryBytes, 0) > 109<<20, fmt.Sprintf("%+v", p.Status.PoolInfo)
