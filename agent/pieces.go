@@ -17,7 +17,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
-	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -27,15 +26,14 @@ const kubeletComponent = "kubelet"
 // observed is what a pass reads about a pool's lock.
 type observed struct {
 	pieces []piece
-	// mirrors are the pool's placeholder mirror pods by name.
+	// mirrors are the pool's placeholder mirror pods by name: only mirror pods of this
+	// node's static pods in the placeholder pods' namespace (ownMirror).
 	mirrors map[string]*corev1.Pod
 	// files are the pool's manifests by piece number.
 	files map[int]manifest.File
 	// broken are the numbers of the pool's files that cannot be read as manifests.
 	broken []int
-	// next is the number of the next piece: above every number on disk and every mirror
-	// pod of the node's placeholder pods, so no new piece shares the name of a pod kubelet
-	// may still be stopping.
+	// next is the number of the next piece (nextPiece).
 	next int
 }
 
@@ -53,6 +51,28 @@ func (a *Agent) mirrorName(number int) string {
 	return manifest.PodName(number) + "-" + a.opts.NodeName
 }
 
+// ownMirror reports whether p is the mirror pod of one of this node's static pods in the
+// placeholder pods' namespace: the only pods that can be pieces of a lock. A pod anyone else
+// creates may carry a piece's name, labels, annotations and RuntimeClass, but not all of
+// this: only a node may create a mirror pod of its own, and only the cluster's admins may
+// create pods in that namespace.
+func (a *Agent) ownMirror(p *corev1.Pod) bool {
+	return p.Namespace == a.opts.PodNamespace && p.Spec.NodeName == a.opts.NodeName &&
+		p.Annotations[manifest.AnnotationConfigMirror] != "" &&
+		p.Annotations[manifest.AnnotationConfigSource] == manifest.ConfigSourceFile
+}
+
+// mirrorOf reports whether mirror, one of the node's own mirror pods, mirrors the static pod
+// of the manifest f: kubelet sets its config.mirror annotation to that pod's UID, the
+// manifest's metadata.uid. A manifest of an agent before the UID was set has none; its
+// manifest-hash annotation, which the mirror pod carries too, stands in.
+func mirrorOf(mirror *corev1.Pod, f manifest.File) bool {
+	if f.UID != "" {
+		return mirror.Annotations[manifest.AnnotationConfigMirror] == string(f.UID)
+	}
+	return mirror.Annotations[v1alpha1.AnnotationManifestHash] == f.Hash
+}
+
 // observe reads the pool's pieces: the manifests on disk, their mirror pods, what the shim
 // said, and, for a piece kubelet has neither admitted nor started, whether it rejected it.
 func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observed, error) {
@@ -61,7 +81,7 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 	for _, err := range errs {
 		log.Error(err, "a manifest of the pool cannot be read")
 	}
-	o := observed{mirrors: map[string]*corev1.Pod{}, files: map[int]manifest.File{}, next: 1}
+	o := observed{mirrors: map[string]*corev1.Pod{}, files: map[int]manifest.File{}}
 	if len(errs) > 0 {
 		o.broken = a.brokenPieces(pool.Name, files)
 	}
@@ -69,60 +89,137 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 	if err := a.client.List(ctx, &pods, client.MatchingFields{indexNode: a.opts.NodeName}); err != nil {
 		return o, fmt.Errorf("listing the placeholder pods: %w", err)
 	}
+	used := map[int]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if n, ok := a.pieceNumber(p.Name); ok && n >= o.next {
-			o.next = n + 1
+		if !a.ownMirror(p) {
+			continue
+		}
+		if n, ok := a.pieceNumber(p.Name); ok {
+			used[n] = true
 		}
 		if p.Annotations[v1alpha1.AnnotationPoolName] == pool.Name {
 			o.mirrors[p.Name] = p
 		}
 	}
+	now := a.opts.Clock.Now()
 	for _, f := range files {
 		o.files[f.Piece] = f
-		if f.Piece >= o.next {
-			o.next = f.Piece + 1
-		}
-		pc := piece{Number: f.Piece, Res: f.Resources}
-		pc.Trusted = f.PoolUID == string(pool.UID) && f.Verify() == nil
-		if want, err := manifest.Render(a.pieceSpec(pool, f.Piece, f.Resources)); err == nil {
-			pc.Current = bytes.Equal(want, f.Data)
-		}
-		name := a.mirrorName(f.Piece)
-		mirror := o.mirrors[name]
-		switch {
-		case mirror != nil && mirror.DeletionTimestamp == nil && mirror.Annotations[v1alpha1.AnnotationManifestHash] == f.Hash:
-			switch mirror.Status.Phase {
-			case corev1.PodFailed, corev1.PodSucceeded:
-				pc.State, pc.Reason = pieceRejected, podFailure(mirror)
-			case corev1.PodRunning:
-				pc.State = pieceAdmitted
-				if podReady(mirror) {
-					pc.State = pieceRunning
-				}
-			default:
-				pc.State = pieceAdmitted
-			}
-		case a.shimRuns(name, string(pool.UID)):
-			// kubelet runs it (the shim started it and lives) although its mirror pod is
-			// gone or being replaced: it still holds its part in kubelet, not yet in the
-			// scheduler.
-			pc.State, pc.Unseen = pieceRunning, true
-		default:
-			pc.State = piecePending
-			if reason, ok := a.kubeletRejection(ctx, name, f.ModTime); ok {
-				pc.State, pc.Reason = pieceRejected, reason
-			}
-		}
-		o.pieces = append(o.pieces, pc)
+		used[f.Piece] = true
+		o.pieces = append(o.pieces, a.observePiece(ctx, pool, f, o.mirrors[a.mirrorName(f.Piece)], now))
 	}
-	a.mu.Lock()
-	o.next = max(o.next, a.poolStateLocked(pool.Name).lastPiece+1)
-	a.mu.Unlock()
-	if o.next > manifest.MaxPiece {
-		return o, fmt.Errorf("piece numbers of pool %s are used up (%d): remove its manifests and restart the agent", pool.Name, manifest.MaxPiece)
+	next, err := a.nextPiece(used)
+	o.next = next
+	if err != nil {
+		return o, fmt.Errorf("numbering the next piece of pool %s: %w", pool.Name, err)
 	}
 	return o, nil
+}
+
+// observePiece is what kubelet has made of the piece of the manifest f, given its mirror
+// pod (nil when the node has none of its name).
+func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f manifest.File, mirror *corev1.Pod, now time.Time) piece {
+	pc := piece{Number: f.Piece, Res: f.Resources}
+	pc.Trusted = f.PoolUID == string(pool.UID) && f.Verify() == nil
+	if want, err := manifest.Render(a.pieceSpec(pool, f.Piece, f.Resources)); err == nil {
+		pc.Current = bytes.Equal(want, f.Data)
+	}
+	name := a.mirrorName(f.Piece)
+	if mirror != nil && (mirror.DeletionTimestamp != nil || !mirrorOf(mirror, f)) {
+		mirror = nil
+	}
+	// The shim started the static pod of this manifest and its process lives.
+	runs := a.shimRuns(name, string(pool.UID), f.UID)
+	switch {
+	case mirror != nil:
+		switch mirror.Status.Phase {
+		case corev1.PodFailed, corev1.PodSucceeded:
+			pc.State, pc.Reason = pieceRejected, podFailure(mirror)
+		case corev1.PodRunning:
+			pc.State = pieceAdmitted
+			if podReady(mirror) || runs {
+				pc.State = pieceRunning
+			}
+		default:
+			// A mirror pod kubelet has just created (again) has no status until kubelet's
+			// next status sync, up to 10 s later: the shim's word that the pod runs is
+			// what kubelet knows already.
+			pc.State = pieceAdmitted
+			if runs {
+				pc.State = pieceRunning
+			}
+		}
+	case runs:
+		// kubelet runs it (the shim started it and lives) although its mirror pod is
+		// gone or being replaced: it still holds its part in kubelet, not yet in the
+		// scheduler.
+		pc.State, pc.Unseen = pieceRunning, true
+	default:
+		pc.State = piecePending
+		if reason, ok := a.kubeletEvent(ctx, name, f, admissionRejection); ok {
+			pc.State, pc.Reason = pieceRejected, reason
+		}
+	}
+	if pc.Trusted && (pc.State == piecePending || pc.State == pieceAdmitted) &&
+		now.Sub(laterOf(f.ModTime, a.started)) >= a.opts.PieceStartTimeout {
+		pc.Unrunnable = true
+		pc.Reason = "kubelet has not run it within " + a.opts.PieceStartTimeout.String() + " of its manifest"
+		if word, ok := a.kubeletEvent(ctx, name, f, func(string) bool { return true }); ok {
+			pc.Reason += "; kubelet's last word: " + word
+		}
+	}
+	return pc
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// nextPiece is the number of the next piece: above the highest number the agent has
+// written on the node (kept across its restarts) and every number in used (the pool's files
+// and the node's own placeholder mirror pods, of any pool), so no new piece shares the name
+// of a pod kubelet may still be stopping. Past MaxPiece it takes the lowest number none of
+// them uses: numbers cannot run out, whatever names the pods on the node have.
+func (a *Agent) nextPiece(used map[int]bool) (int, error) {
+	a.mu.Lock()
+	n := a.kept.LastPiece + 1
+	for name, st := range a.shim {
+		if st.Started {
+			if m, ok := a.pieceNumber(name); ok {
+				used[m] = true
+			}
+		}
+	}
+	a.mu.Unlock()
+	for u := range used {
+		n = max(n, u+1)
+	}
+	if n <= manifest.MaxPiece {
+		return n, nil
+	}
+	a.usedOnDisk(used)
+	for m := 1; m <= manifest.MaxPiece; m++ {
+		if !used[m] {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("all %d piece numbers are in use on the node", manifest.MaxPiece)
+}
+
+// usedOnDisk adds the numbers of every manifest file in the directory, of any pool.
+func (a *Agent) usedOnDisk(used map[int]bool) {
+	entries, err := os.ReadDir(a.opts.ManifestDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if _, n, ok := manifest.ParseFileName(e.Name()); ok {
+			used[n] = true
+		}
+	}
 }
 
 // brokenPieces are the numbers of the files named as pool's manifests that are not among
@@ -184,10 +281,13 @@ func admissionRejection(reason string) bool {
 	return strings.HasPrefix(reason, "OutOf")
 }
 
-// kubeletRejection looks, for a piece kubelet shows nothing of, for kubelet's event saying
-// its admission refused it: a rejected static pod gets no mirror pod, so the event is the
-// only word of it in the API. Events older than the file are of an earlier pod of the name.
-func (a *Agent) kubeletRejection(ctx context.Context, mirror string, written time.Time) (string, bool) {
+// kubeletEvent is the newest Warning event kubelet on this node posted about the static pod
+// of manifest f (its pod called mirror) whose reason passes match, since f was written: its
+// reason and message. A static pod kubelet refuses gets no mirror pod, so an event is the
+// only word of it in the API. Only an event that names the static pod's UID (the manifest's
+// metadata.uid) and comes from this node's kubelet counts; events older than the file are
+// of an earlier pod of the name.
+func (a *Agent) kubeletEvent(ctx context.Context, mirror string, f manifest.File, match func(reason string) bool) (string, bool) {
 	var events corev1.EventList
 	err := a.reader.List(ctx, &events, client.InNamespace(a.opts.PodNamespace),
 		client.MatchingFields{"involvedObject.name": mirror})
@@ -195,12 +295,12 @@ func (a *Agent) kubeletRejection(ctx context.Context, mirror string, written tim
 		logf.FromContext(ctx).V(1).Info("reading kubelet's events of a placeholder pod", "pod", mirror, "error", err.Error())
 		return "", false
 	}
-	since := written.Truncate(time.Second)
+	since := f.ModTime.Truncate(time.Second)
 	var found *corev1.Event
 	for i := range events.Items {
 		e := &events.Items[i]
-		if e.Type != corev1.EventTypeWarning || !admissionRejection(e.Reason) ||
-			(e.Source.Component != kubeletComponent && e.ReportingController != kubeletComponent) {
+		if e.Type != corev1.EventTypeWarning || !match(e.Reason) || !a.fromKubelet(e) ||
+			(f.UID != "" && e.InvolvedObject.UID != f.UID) {
 			continue
 		}
 		if at := eventTime(e); at.Before(since) || (found != nil && at.Before(eventTime(found))) {
@@ -212,6 +312,17 @@ func (a *Agent) kubeletRejection(ctx context.Context, mirror string, written tim
 		return "", false
 	}
 	return found.Reason + ": " + found.Message, true
+}
+
+// fromKubelet reports whether e says it comes from this node's kubelet.
+func (a *Agent) fromKubelet(e *corev1.Event) bool {
+	switch {
+	case e.Source.Component == kubeletComponent:
+		return e.Source.Host == a.opts.NodeName
+	case e.ReportingController == kubeletComponent:
+		return e.ReportingInstance == a.opts.NodeName
+	}
+	return false
 }
 
 func eventTime(e *corev1.Event) time.Time {
@@ -240,12 +351,16 @@ func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, piec
 	for _, n := range pieces {
 		names[a.mirrorName(n)] = true
 	}
-	return roomOf(&node, pods.Items, naming.LabelValue(pool.Name), names), nil
+	own := func(p *corev1.Pod) bool {
+		return a.ownMirror(p) && p.Annotations[v1alpha1.AnnotationPoolName] == pool.Name
+	}
+	return roomOf(&node, pods.Items, own, names), nil
 }
 
-// roomOf computes the room from the node and its pods; poolLabel marks this pool's pods,
-// and pieces names the mirror pods of its lock's pieces (the others of its pods are leaving).
-func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string, pieces map[string]bool) *room {
+// roomOf computes the room from the node and its pods; own tells this pool's placeholder
+// pods, and pieces names the mirror pods of its lock's pieces (the others of its pods are
+// leaving).
+func roomOf(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, pieces map[string]bool) *room {
 	r := &room{Allocatable: node.Status.Allocatable.DeepCopy(), Free: node.Status.Allocatable.DeepCopy(),
 		Holders: map[corev1.ResourceName][]holder{}, Leaving: corev1.ResourceList{}}
 	maxPods := node.Status.Allocatable.Pods().Value()
@@ -257,7 +372,7 @@ func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string, pieces map[s
 		}
 		count++
 		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
-		own := p.Labels[v1alpha1.LabelPoolName] == poolLabel && poolLabel != ""
+		own := own(p)
 		if own && !pieces[p.Name] {
 			addTo(r.Leaving, req)
 			r.LeavingPods++
