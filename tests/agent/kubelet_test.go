@@ -31,10 +31,12 @@ type kubeletStandIn struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex         // guards running, creates and logged
+	mu      sync.Mutex         // guards running, creates, logged and dropped
 	running map[string]running // by manifest file
 	creates int
 	logged  map[string]bool
+	// dropped are the mirror pods dropMirror deleted, by name.
+	dropped []string
 
 	// seen and seenAt: the newest hash of each changed manifest and when it was first seen
 	// (used by the sync goroutine only).
