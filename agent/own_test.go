@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/nodectl/api"
+	"github.com/agentcube/sandboxpool/schema/v1alpha1"
+)
+
+func testAgent(t *testing.T) *Agent {
+	t.Helper()
+	o := DefaultOptions()
+	o.NodeName, o.ManifestDir, o.StateFile = "node-a", t.TempDir(), filepath.Join(t.TempDir(), "state", "agent.json")
+	o.NodeCtlConfig = filepath.Join(t.TempDir(), "node-ctl.json")
+	return newAgent(nil, o, nil, nil)
+}
+
+// TestOwnMirror: only a mirror pod of one of the node's static pods in the placeholder pods'
+// namespace is the node's own, and it mirrors a manifest only with that manifest's UID.
+func TestOwnMirror(t *testing.T) {
+	a := testAgent(t)
+	own := func(change func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultPodNamespace, Name: "sandbox-pool-1-node-a",
+			Annotations: map[string]string{manifest.AnnotationConfigMirror: "uid-1", manifest.AnnotationConfigSource: manifest.ConfigSourceFile,
+				v1alpha1.AnnotationManifestHash: "hash-1"}}}
+		p.Spec.NodeName = "node-a"
+		if change != nil {
+			change(p)
+		}
+		return p
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"a mirror pod of the node's":   {own(nil), true},
+		"in another namespace":         {own(func(p *corev1.Pod) { p.Namespace = "tenant" }), false},
+		"of another node":              {own(func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }), false},
+		"not a mirror pod":             {own(func(p *corev1.Pod) { delete(p.Annotations, manifest.AnnotationConfigMirror) }), false},
+		"a pod kubelet read from api":  {own(func(p *corev1.Pod) { p.Annotations[manifest.AnnotationConfigSource] = "api" }), false},
+		"without a source annotation":  {own(func(p *corev1.Pod) { delete(p.Annotations, manifest.AnnotationConfigSource) }), false},
+		"a pod with an empty mirror":   {own(func(p *corev1.Pod) { p.Annotations[manifest.AnnotationConfigMirror] = "" }), false},
+		"a pod with no annotations":    {own(func(p *corev1.Pod) { p.Annotations = nil }), false},
+		"a mirror with another source": {own(func(p *corev1.Pod) { p.Annotations[manifest.AnnotationConfigSource] = "http" }), false},
+	} {
+		if got := a.ownMirror(tc.pod); got != tc.want {
+			t.Errorf("%s: ownMirror = %v, want %v", name, got, tc.want)
+		}
+	}
+	p := own(nil)
+	if !mirrorOf(p, manifest.File{UID: "uid-1", Hash: "other"}) || mirrorOf(p, manifest.File{UID: "uid-2", Hash: "hash-1"}) {
+		t.Error("a mirror pod mirrors the manifest of its UID, and only that one")
+	}
+	if !mirrorOf(p, manifest.File{Hash: "hash-1"}) || mirrorOf(p, manifest.File{Hash: "hash-2"}) {
+		t.Error("a manifest without a UID (an earlier agent's) is mirrored by its hash")
+	}
+}
+
+// TestNextPiece: the next number is above the highest one written (kept across restarts) and
+// every number in use; past MaxPiece, the lowest free one: numbers never run out, whatever
+// the node's pods are named.
+func TestNextPiece(t *testing.T) {
+	a := testAgent(t)
+	if n, err := a.nextPiece(map[int]bool{}); err != nil || n != 1 {
+		t.Errorf("first number %d, %v; want 1", n, err)
+	}
+	if n, _ := a.nextPiece(map[int]bool{4: true, 2: true}); n != 5 {
+		t.Errorf("next number %d, want 5 (above every number in use)", n)
+	}
+	if err := a.keep(func(s *nodeState) { s.LastPiece = 9 }); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.nextPiece(map[int]bool{4: true}); n != 10 {
+		t.Errorf("next number %d, want 10 (above the highest written)", n)
+	}
+	// A restarted agent remembers the highest number written.
+	b := newAgent(nil, a.opts, nil, nil)
+	if err := b.loadState(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := b.nextPiece(map[int]bool{}); n != 10 {
+		t.Errorf("after a restart the next number is %d, want 10", n)
+	}
+	// Past the last number: the lowest number nothing uses, a file of another pool included.
+	if err := os.WriteFile(filepath.Join(a.opts.ManifestDir, manifest.FileName("other-pool", 2)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.nextPiece(map[int]bool{manifest.MaxPiece: true, 1: true, 3: true}); err != nil || n != 4 {
+		t.Errorf("past MaxPiece: %d, %v; want 4", n, err)
+	}
+	all := map[int]bool{}
+	for i := 1; i <= manifest.MaxPiece; i++ {
+		all[i] = true
+	}
+	if _, err := a.nextPiece(all); err == nil {
+		t.Error("with every number in use, nextPiece found one")
+	}
+}
+
+// TestEnforced: node-ctl is taken to enforce the most of what it last reported and of the
+// config last written, across an agent's restart (the state file), and a config is confirmed
+// only once node-ctl reported applying it.
+func TestEnforced(t *testing.T) {
+	a := testAgent(t)
+	pool := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: types.UID("uid-p")}}
+	ref := api.PoolRef{Name: "p", UID: "uid-p"}
+	state := func(cpu string) *api.State {
+		return &api.State{Pool: ref, AppliedGeneration: 1, AppliedResources: map[string]string{"cpu": cpu, "memory": "1Gi"}}
+	}
+	if e := a.enforced(pool); e.applied != nil || e.confirmed {
+		t.Errorf("nothing known: %+v", e)
+	}
+	// Reported 500m; a shrink to 400m written, not answered: 500m, unconfirmed.
+	a.keepReported(t.Context(), state("500m"))
+	a.nc.State = state("500m")
+	a.sent = &api.Config{Pool: ref, Generation: 2, Resources: map[string]string{"cpu": "400m", "memory": "1Gi"}}
+	e := a.enforced(pool)
+	if !equalResources(e.applied, rl("500m", "1Gi")) || e.confirmed {
+		t.Errorf("a shrink written, not confirmed: %+v, want 500m unconfirmed", e)
+	}
+	// A growth written, not answered: the growth counts.
+	a.sent.Resources["cpu"] = "700m"
+	if e := a.enforced(pool); !equalResources(e.applied, rl("700m", "1Gi")) || e.confirmed {
+		t.Errorf("a growth written, not confirmed: %+v, want 700m unconfirmed", e)
+	}
+	// Restarted: no poll answered yet; the state file and the config file say it.
+	b := newAgent(nil, a.opts, nil, nil)
+	if err := os.WriteFile(a.opts.NodeCtlConfig, []byte(`{"apiVersion":"`+api.APIVersion+`","pool":{"name":"p","uid":"uid-p"},"generation":2,"resources":{"cpu":"400m","memory":"1Gi"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.restore(t.Context())
+	if e := b.enforced(pool); !equalResources(e.applied, rl("500m", "1Gi")) || e.confirmed || !equalResources(e.reported, rl("500m", "1Gi")) {
+		t.Errorf("restarted with node-ctl silent: %+v, want 500m reported and unconfirmed", e)
+	}
+	// node-ctl answers 400m: confirmed.
+	b.nc.State = state("400m")
+	if e := b.enforced(pool); !equalResources(e.applied, rl("400m", "1Gi")) || !e.confirmed {
+		t.Errorf("node-ctl applied the config: %+v, want 400m confirmed", e)
+	}
+	// Another pool's: nothing for this one.
+	other := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: types.UID("uid-q")}}
+	if e := b.enforced(other); e.applied != nil {
+		t.Errorf("a recreated pool took the old one's: %+v", e)
+	}
+}
