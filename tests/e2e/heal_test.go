@@ -33,29 +33,68 @@ func containerID(p *corev1.Pod) string {
 	return p.Status.ContainerStatuses[0].ContainerID
 }
 
-// TestMirrorPodDeletedComesBack: deleting the mirror pod through the API does not touch the
-// static pod; kubelet creates a new mirror pod within seconds, and node-ctl is not
-// restarted.
+// TestMirrorPodDeletedComesBack: deleting the mirror pod through the API (as the node, which
+// the cluster's admission policy lets delete its mirror pods) does not touch the static pod;
+// kubelet creates a new mirror pod on its next sync, and node-ctl is not restarted.
+// Meanwhile the scheduler does not count the lock, and the pool says so: it leaves Ready
+// (PlaceholderPodReady=False, MirrorPodMissing) until the new mirror pod is in the API, and
+// is Ready again as soon as it is — without waiting for kubelet's status sync to mark the new
+// mirror pod Ready, as the placeholder shim already says the pod runs. kubelet syncs a
+// mirror pod's status up to 10 s after it created it, and may do so before the agent
+// reacts; the deletion is tried up to three times until one shows the pool Ready before the
+// mirror pod is.
 func TestMirrorPodDeletedComesBack(t *testing.T) {
 	requireStack(t)
 	ensureClass(t)
-	before := mirrorPod(t)
 	nc := nodeCtlIdentity(t)
-
-	created, ready := deleteMirrorPod(t, before)
-	after := mirrorPod(t)
-	t.Logf("mirror pod deleted → a new one in %s, Running and Ready in %s (uid %s → %s, container %s → %s)",
-		created.Round(time.Millisecond), ready.Round(time.Millisecond), before.UID, after.UID, containerID(before), containerID(after))
-	if containerID(after) != containerID(before) {
-		t.Errorf("the static pod's container was restarted: %s → %s", containerID(before), containerID(after))
+	node := nodeClient(t)
+	const rounds = 3
+	for round := 1; ; round++ {
+		before := mirrorPod(t)
+		t0 := time.Now()
+		if err := node.CoreV1().Pods(before.Namespace).Delete(context.Background(), before.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		unready := waitPhase(t, v1alpha1.PhaseUnready, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
+			c := condOf(p, v1alpha1.ConditionPlaceholderPodReady.String())
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonMirrorPodMissing.String()
+		})
+		// Ready again: only once a new mirror pod is in the API, and (if the round shows it)
+		// before kubelet has reported that pod's status.
+		var created time.Duration
+		var after *corev1.Pod
+		ready := waitPhase(t, v1alpha1.PhaseReady, 2*time.Minute, nil)
+		after = mirrorPod(t)
+		if after == nil || after.UID == before.UID {
+			t.Fatalf("the pool is Ready again while the scheduler does not count its lock: mirror pods %s", podState(after))
+		}
+		created = ready
+		early := !podReady(after)
+		eventually(t, "the new mirror pod Running and Ready", 2*time.Minute, func() (bool, string) {
+			after = mirrorPod(t)
+			return podReady(after), podState(after)
+		})
+		t.Logf("round %d: mirror pod deleted → pool not Ready (MirrorPodMissing) in %s, Ready again %s after the deletion, "+
+			"the new mirror pod %s; mirror pod Running and Ready %s after the deletion (uid %s → %s, container %s → %s)",
+			round, unready.Round(time.Millisecond), created.Round(time.Millisecond),
+			map[bool]string{true: "not Ready yet then", false: "already Ready then"}[early], time.Since(t0).Round(time.Millisecond),
+			before.UID, after.UID, containerID(before), containerID(after))
+		if containerID(after) != containerID(before) {
+			t.Errorf("the static pod's container was restarted: %s → %s", containerID(before), containerID(after))
+		}
+		if early {
+			break
+		}
+		if round == rounds {
+			t.Fatalf("in %d rounds the pool was Ready again only once kubelet had reported the new mirror pod Ready", rounds)
+		}
 	}
 	if now := nodeCtlIdentity(t); now != nc {
 		t.Errorf("node-ctl restarted: %s → %s", nc, now)
 	}
-	waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, nil)
 }
 
-// deleteMirrorPod deletes the mirror pod (as a user would, with the default grace period)
+// deleteMirrorPod deletes the mirror pod (as the node, with the default grace period)
 // and returns how long until a new one exists and until it is Running and Ready. kubelet
 // deletes the old one at once, but creates the new one on its next periodic sync of the
 // static pod (--sync-frequency: 10 s here, 1 min by default), and reports its status on
@@ -63,7 +102,7 @@ func TestMirrorPodDeletedComesBack(t *testing.T) {
 func deleteMirrorPod(t testing.TB, pod *corev1.Pod) (created, ready time.Duration) {
 	t.Helper()
 	t0 := time.Now()
-	if err := kube.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+	if err := nodeClient(t).CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ready = eventually(t, "a new mirror pod", 2*time.Minute, func() (bool, string) {

@@ -83,6 +83,7 @@ func (s *Stack) agentArgs(extra ...string) []string {
 		"--lease-renew-interval=" + t.LeaseRenewInterval.String(), "--lease-ttl=" + t.LeaseTTL.String(),
 		"--manifest-verify-interval=" + t.ManifestVerifyInterval.String(),
 		"--resize-deferred-warning-after=" + t.DeferredWarningAfter.String(),
+		"--piece-start-timeout=" + t.PieceStartTimeout.String(),
 		"--healthz-addr=" + s.agentHealthz, "--metrics-addr=0",
 	}, extra...)
 }
