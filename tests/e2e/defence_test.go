@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -206,20 +205,26 @@ func schedulerLock(t testing.TB) corev1.ResourceList {
 	return support.Requests(live...)
 }
 
-// TestGrowthNeverEvicts races, three times, the scheduler's bind of a regular pod against a
-// growth of the pool into the same room: the pod asks for all the free cpu but 100m, the
-// growth for 200m, so the node holds one of them, not both. Whatever the order, the growth
-// evicts no pod: the agent sends a growth to kubelet only when the scheduler's view of the
-// node has room for it (without --resize-preempt), so either the pod runs and the growth
-// waits (Deferred, InsufficientRoom) until the pod goes, or the growth's piece is counted and
-// the pod is not placed, or — bound in the instant between — refused by kubelet at admission
-// before it ever ran. Never is a pod preempted.
+// TestGrowthNeverEvicts races the scheduler's bind of a regular pod against a growth of the
+// pool into the same room: the pod asks for all the free cpu but 100m, the growth for 200m,
+// so the node holds one of them, not both. The pod is created at three moments: bound (and
+// running) before the growth is asked; the instant the pool's spec carries the growth (the
+// agent reads the node's room in the pass that follows, while the scheduler binds the pod);
+// and the instant the growth's manifest is written (before kubelet has created its mirror
+// pod, which is what the scheduler counts). Whatever the order, the growth evicts no pod
+// that runs: the agent sends a growth to kubelet only when the scheduler's view of the node,
+// read in the same pass, has room for it (without --resize-preempt), and a pod that runs was
+// bound before. So either the pod runs and the growth waits (Deferred, InsufficientRoom)
+// until the pod goes, or the growth's piece is counted and the pod is not placed, or the
+// pod, bound in the moment between the agent's read and kubelet's admission of the piece, is
+// refused by kubelet before it ever ran: at admission, or preempted before it started
+// (docs/agent.md, "What is left").
 func TestGrowthNeverEvicts(t *testing.T) {
 	requireStack(t)
 	ensureClass(t)
 	t.Cleanup(func() { ensureClass(t) })
 	ctx := context.Background()
-	for round, order := range []string{"pod first", "growth first", "together"} {
+	for round, when := range []string{"pod bound first", "pool spec grown", "growth's manifest written"} {
 		free := free(t)[corev1.ResourceCPU]
 		podCPU := free.DeepCopy()
 		podCPU.Sub(resource.MustParse("100m"))
@@ -230,30 +235,37 @@ func TestGrowthNeverEvicts(t *testing.T) {
 		pod := regularPod(name, corev1.ResourceList{corev1.ResourceCPU: podCPU, corev1.ResourceMemory: resource.MustParse("16Mi")})
 		pod.Spec.NodeName = "" // the scheduler places it
 		seen := watchPod(t, metav1.NamespaceDefault, name)
-		grow := func() { setClassResources(t, wrappers.Resources("700m", baseMemory)) }
 		create := func() {
+			t.Helper()
 			if _, err := kube.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-				t.Error(err)
+				t.Fatal(err)
 			}
 		}
-		switch order {
-		case "pod first":
+		generation, pieces := getPool(t).Generation, len(pieceFiles())
+		if round == 0 {
 			create()
-			grow()
-		case "growth first":
-			grow()
+			eventually(t, "the pod running", time.Minute, func() (bool, string) {
+				p := getPod(t, metav1.NamespaceDefault, name)
+				return podReady(p), podState(p)
+			})
+		}
+		setClassResources(t, wrappers.Resources("700m", baseMemory))
+		switch round {
+		case 1:
+			eventually(t, "the pool's spec grown", 30*time.Second, func() (bool, string) {
+				return getPool(t).Generation > generation, "not yet"
+			})
 			create()
-		default:
-			var wg sync.WaitGroup
-			wg.Add(2)
-			go func() { defer wg.Done(); create() }()
-			go func() { defer wg.Done(); grow() }()
-			wg.Wait()
+		case 2:
+			eventually(t, "the growth's manifest written", 30*time.Second, func() (bool, string) {
+				return len(pieceFiles()) > pieces || getPool(t).Status.Resize != nil && getPool(t).Status.Resize.Status == v1alpha1.ResizeDeferred, "not yet"
+			})
+			create()
 		}
 		// Settled: the pod runs and the growth waits for room, or the growth is done and the
 		// pod does not run.
 		var outcome string
-		eventually(t, order+": the race settled", 2*time.Minute, func() (bool, string) {
+		eventually(t, when+": the race settled", 2*time.Minute, func() (bool, string) {
 			p, g := getPod(t, metav1.NamespaceDefault, name), getPool(t)
 			switch {
 			case p != nil && podReady(p) && g != nil && g.Status.Resize != nil && g.Status.Resize.Status == v1alpha1.ResizeDeferred &&
@@ -265,24 +277,39 @@ func TestGrowthNeverEvicts(t *testing.T) {
 			}
 			return outcome != "", fmt.Sprintf("pod %s; %s", podState(p), describe(g))
 		})
+		// kubelet's events say it too: a preemption is a Warning Preempting, a container that
+		// started a Normal Started.
+		var events []string
+		if p := getPod(t, metav1.NamespaceDefault, name); p != nil {
+			events = podEvents(t, p)
+		}
 		deletePodNow(t, metav1.NamespaceDefault, name)
 		waitSynced(t, "700m", baseMemory, 2*time.Minute)
 		history := seen()
-		t.Logf("%s: %s; the pod went %s", order, outcome, strings.Join(history.phases, " → "))
-		if history.evicted != "" {
-			t.Errorf("%s: the growth evicted pod %s: %s", order, name, history.evicted)
+		for _, e := range events {
+			switch {
+			case strings.HasPrefix(e, "Warning/Preempting:"), strings.HasPrefix(e, "Warning/Evicted:"):
+				history.evicted = e
+			case strings.HasPrefix(e, "Normal/Started:"):
+				history.ran = true
+			}
+		}
+		t.Logf("%s: %s; the pod went %s; its events: %s", when, outcome, strings.Join(history.phases, " → "), strings.Join(events, "; "))
+		if history.evicted != "" && history.ran {
+			t.Errorf("%s: the growth evicted pod %s, which ran: %s", when, name, history.evicted)
 		}
 		setClassResources(t, wrappers.Resources(baseCPU, baseMemory))
 		waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 	}
 }
 
-// podHistory is what a watch saw of a pod: its phases in order, and how it was evicted, if
-// it was (kubelet's preemption of a pod for a critical one: Failed with reason Preempting;
-// an eviction: reason Evicted).
+// podHistory is what a watch saw of a pod: its phases in order, how it was evicted, if it
+// was (kubelet's preemption of a pod for a critical one: Failed with reason Preempting; an
+// eviction: reason Evicted), and whether it ran (Running, or a container that started).
 type podHistory struct {
 	phases  []string
 	evicted string
+	ran     bool
 }
 
 // watchPod watches the pod called name from now on; the returned function stops the watch
@@ -308,11 +335,18 @@ func watchPod(t testing.TB, namespace, name string) func() podHistory {
 			if podReady(p) {
 				phase += "(ready)"
 			}
+			if p.Status.Reason != "" || p.Status.Message != "" {
+				phase += fmt.Sprintf("(%s: %s)", p.Status.Reason, p.Status.Message)
+			}
 			if n := len(h.phases); n == 0 || h.phases[n-1] != phase {
 				h.phases = append(h.phases, phase)
 			}
 			if r := p.Status.Reason; r == "Preempting" || r == "Evicted" {
 				h.evicted = r + ": " + p.Status.Message
+			}
+			h.ran = h.ran || p.Status.Phase == corev1.PodRunning
+			for _, c := range p.Status.ContainerStatuses {
+				h.ran = h.ran || c.State.Running != nil || (c.State.Terminated != nil && !c.State.Terminated.StartedAt.IsZero())
 			}
 		}
 	}()
