@@ -277,8 +277,8 @@ func TestGrowthNeverEvicts(t *testing.T) {
 			}
 			return outcome != "", fmt.Sprintf("pod %s; %s", podState(p), describe(g))
 		})
-		// kubelet's events say it too: a preemption is a Warning Preempting, a container that
-		// started a Normal Started.
+		// kubelet's events say it too: a preemption is a Warning Preempting (whose final
+		// status may read Succeeded, with no reason).
 		var events []string
 		if p := getPod(t, metav1.NamespaceDefault, name); p != nil {
 			events = podEvents(t, p)
@@ -287,15 +287,12 @@ func TestGrowthNeverEvicts(t *testing.T) {
 		waitSynced(t, "700m", baseMemory, 2*time.Minute)
 		history := seen()
 		for _, e := range events {
-			switch {
-			case strings.HasPrefix(e, "Warning/Preempting:"), strings.HasPrefix(e, "Warning/Evicted:"):
+			if strings.HasPrefix(e, "Warning/Preempting:") || strings.HasPrefix(e, "Warning/Evicted:") {
 				history.evicted = e
-			case strings.HasPrefix(e, "Normal/Started:"):
-				history.ran = true
 			}
 		}
 		t.Logf("%s: %s; the pod went %s; its events: %s", when, outcome, strings.Join(history.phases, " → "), strings.Join(events, "; "))
-		if history.evicted != "" && history.ran {
+		if history.evicted != "" && (history.ran || round == 0) {
 			t.Errorf("%s: the growth evicted pod %s, which ran: %s", when, name, history.evicted)
 		}
 		setClassResources(t, wrappers.Resources(baseCPU, baseMemory))
@@ -304,8 +301,9 @@ func TestGrowthNeverEvicts(t *testing.T) {
 }
 
 // podHistory is what a watch saw of a pod: its phases in order, how it was evicted, if it
-// was (kubelet's preemption of a pod for a critical one: Failed with reason Preempting; an
-// eviction: reason Evicted), and whether it ran (Running, or a container that started).
+// was (kubelet's preemption of a pod for a critical one: reason Preempting and the condition
+// DisruptionTarget; an eviction: reason Evicted), and whether it ran before that (the API
+// showed it Running before the eviction was in its status).
 type podHistory struct {
 	phases  []string
 	evicted string
@@ -341,13 +339,17 @@ func watchPod(t testing.TB, namespace, name string) func() podHistory {
 			if n := len(h.phases); n == 0 || h.phases[n-1] != phase {
 				h.phases = append(h.phases, phase)
 			}
+			disrupted := false
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+					disrupted = true
+					h.evicted = c.Reason + ": " + c.Message
+				}
+			}
 			if r := p.Status.Reason; r == "Preempting" || r == "Evicted" {
 				h.evicted = r + ": " + p.Status.Message
 			}
-			h.ran = h.ran || p.Status.Phase == corev1.PodRunning
-			for _, c := range p.Status.ContainerStatuses {
-				h.ran = h.ran || c.State.Running != nil || (c.State.Terminated != nil && !c.State.Terminated.StartedAt.IsZero())
-			}
+			h.ran = h.ran || (p.Status.Phase == corev1.PodRunning && !disrupted && h.evicted == "")
 		}
 	}()
 	return func() podHistory {
