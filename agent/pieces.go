@@ -137,15 +137,15 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 			pc.State, pc.Reason = pieceRejected, podFailure(mirror)
 		case corev1.PodRunning:
 			pc.State = pieceAdmitted
-			if podReady(mirror) || runs {
+			if podReady(mirror) {
 				pc.State = pieceRunning
 			}
 		default:
-			// A mirror pod kubelet has just created (again) has no status until kubelet's
-			// next status sync, up to 10 s later: the shim's word that the pod runs is
-			// what kubelet knows already.
+			// A mirror pod kubelet has just created (again) has no status from kubelet until
+			// its next status sync, up to 10 s later: the shim's word that the pod runs is
+			// what kubelet knows already. Once kubelet has written one, it says.
 			pc.State = pieceAdmitted
-			if runs {
+			if runs && len(mirror.Status.Conditions) == 0 {
 				pc.State = pieceRunning
 			}
 		}
