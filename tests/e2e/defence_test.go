@@ -100,7 +100,7 @@ func nodeClient(t testing.TB) *kubernetes.Clientset {
 // the placeholder handler (admission checks that), and the pool runs. Then e2e-probe is
 // replaced by one whose handler this node's containerd does not have, and the class grows:
 // kubelet admits the growth's piece, counts it, and cannot run its sandbox. Within
-// --piece-start-timeout (20 s here) the pool is Degraded with ResourceSynced=False, reason
+// --piece-start-timeout (15 s here) the pool is Degraded with ResourceSynced=False, reason
 // PodUnrunnable, the piece is removed — kubelet's and the scheduler's counts are back to what
 // the running piece holds, which node-ctl runs, and neither was ever below it — and a revert of
 // the class's RuntimeClass completes the growth with no hand on the node.
