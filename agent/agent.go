@@ -77,8 +77,10 @@ type Agent struct {
 	// started is when the agent started: a piece waits PieceStartTimeout from when it was
 	// written or from then, whichever is later (at a node's boot kubelet takes a while).
 	started time.Time
-	// kept is the state kept in Options.StateFile, as last written (keep).
-	kept nodeState
+	// kept is the state kept in Options.StateFile (keep); keptUnwritten: its last write
+	// failed.
+	kept          nodeState
+	keptUnwritten bool
 	// sent is the node-ctl config file as the agent last wrote it (read back at start);
 	// nil while it holds none. node-ctl may apply it whenever it reloads or restarts.
 	sent *api.Config

@@ -95,6 +95,18 @@ func TestNextPiece(t *testing.T) {
 	if n, err := a.nextPiece(map[int]bool{manifest.MaxPiece: true, 1: true, 3: true}); err != nil || n != 4 {
 		t.Errorf("past MaxPiece: %d, %v; want 4", n, err)
 	}
+	// A state file that cannot be written: the agent still goes by what it would have kept.
+	c := testAgent(t)
+	c.opts.StateFile = filepath.Join(c.opts.StateFile, "..", "..", "not-a-dir", "x")
+	if err := os.WriteFile(filepath.Dir(c.opts.StateFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.keep(func(s *nodeState) { s.LastPiece = 20 }); err == nil {
+		t.Fatal("keeping the state below a file did not fail")
+	}
+	if n, _ := c.nextPiece(map[int]bool{}); n != 21 {
+		t.Errorf("after a failed write the next number is %d, want 21", n)
+	}
 	all := map[int]bool{}
 	for i := 1; i <= manifest.MaxPiece; i++ {
 		all[i] = true

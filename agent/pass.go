@@ -194,9 +194,12 @@ func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs
 	}
 	if p.Add != nil {
 		// The number is kept before the file is written: once the file and its pod are gone
-		// the number is still not used again, by this agent or the next one.
+		// the number is still not used again, by this agent or the next one. A state file
+		// that cannot be written does not hold the lock back: the numbers on disk and of the
+		// node's mirror pods still keep a new piece off the names of pods kubelet may be
+		// stopping, for as long as they are there.
 		if err := a.keep(func(st *nodeState) { st.LastPiece = max(st.LastPiece, p.Add.Number) }); err != nil {
-			return fmt.Errorf("keeping piece number %d of %s: %w", p.Add.Number, pool.Name, err)
+			log.Error(err, "keeping the piece number across restarts", "piece", p.Add.Number)
 		}
 	}
 	add := func() error {

@@ -123,8 +123,9 @@ func (a *Agent) loadState() error {
 	return err
 }
 
-// keep changes the kept state with change and writes it when it changed. Writes are
-// serialised; the state held in memory is the one written last.
+// keep changes the kept state with change and writes it when it changed, or when the last
+// write failed. The agent goes by the changed state whether or not it could be written.
+// Writes are serialised.
 func (a *Agent) keep(change func(*nodeState)) error {
 	a.keepMu.Lock()
 	defer a.keepMu.Unlock()
@@ -137,15 +138,15 @@ func (a *Agent) keep(change func(*nodeState)) error {
 	}
 	change(&next)
 	same := next.LastPiece == a.kept.LastPiece && next.NodeCtl.equal(a.kept.NodeCtl)
+	a.kept = next
+	unwritten := a.keptUnwritten
 	a.mu.Unlock()
-	if same {
+	if same && !unwritten {
 		return nil
 	}
-	if err := writeState(a.opts.StateFile, next); err != nil {
-		return err
-	}
+	err := writeState(a.opts.StateFile, next)
 	a.mu.Lock()
-	a.kept = next
+	a.keptUnwritten = err != nil
 	a.mu.Unlock()
-	return nil
+	return err
 }
