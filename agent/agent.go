@@ -105,6 +105,10 @@ type poolState struct {
 	resize resizeNotes
 	// lease is the pool's Lease as last written, for renewals without a GET.
 	lease *coordinationv1.Lease
+	// ran are the static pod UIDs of the pool's pieces this agent has seen run (their mirror
+	// pods Ready): a mirror pod kubelet creates again for one of them stands for a running
+	// piece while kubelet has written no status to it and the shim says it runs.
+	ran map[types.UID]bool
 }
 
 // poolStateLocked returns what the agent remembers of pool, made if it has nothing yet.

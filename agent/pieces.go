@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -108,6 +109,7 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 		used[f.Piece] = true
 		o.pieces = append(o.pieces, a.observePiece(ctx, pool, f, o.mirrors[a.mirrorName(f.Piece)], now))
 	}
+	a.forgetRan(pool.Name, o.files)
 	next, err := a.nextPiece(used)
 	o.next = next
 	if err != nil {
@@ -141,11 +143,13 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 				pc.State = pieceRunning
 			}
 		default:
-			// A mirror pod kubelet has just created (again) has no status from kubelet until
-			// its next status sync, up to 10 s later: the shim's word that the pod runs is
-			// what kubelet knows already. Once kubelet has written one, it says.
+			// A mirror pod kubelet has created again (after a deletion) has no status from
+			// kubelet until its next status sync, up to 10 s later: for a piece this agent
+			// has seen run, the shim's word that the pod still runs is what kubelet knows
+			// already. Once kubelet has written a status, it says. A new piece runs when
+			// kubelet says so.
 			pc.State = pieceAdmitted
-			if runs && len(mirror.Status.Conditions) == 0 {
+			if runs && len(mirror.Status.Conditions) == 0 && a.ranBefore(pool.Name, f.UID) {
 				pc.State = pieceRunning
 			}
 		}
@@ -160,6 +164,9 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 			pc.State, pc.Reason = pieceRejected, reason
 		}
 	}
+	if pc.State == pieceRunning && !pc.Unseen && f.UID != "" {
+		a.noteRan(pool.Name, f.UID)
+	}
 	if pc.Trusted && (pc.State == piecePending || pc.State == pieceAdmitted) &&
 		now.Sub(laterOf(f.ModTime, a.started)) >= a.opts.PieceStartTimeout {
 		pc.Unrunnable = true
@@ -169,6 +176,36 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 		}
 	}
 	return pc
+}
+
+// noteRan records that the static pod uid of pool ran, its mirror pod in the API server.
+func (a *Agent) noteRan(pool string, uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.poolStateLocked(pool)
+	if st.ran == nil {
+		st.ran = map[types.UID]bool{}
+	}
+	st.ran[uid] = true
+}
+
+// ranBefore reports whether this agent has seen the static pod uid of pool run.
+func (a *Agent) ranBefore(pool string, uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return uid != "" && a.poolStateLocked(pool).ran[uid]
+}
+
+// forgetRan drops what the agent remembers of pool's pods that ran, but of the manifests it
+// has now.
+func (a *Agent) forgetRan(pool string, files map[int]manifest.File) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	have := map[types.UID]bool{}
+	for _, f := range files {
+		have[f.UID] = true
+	}
+	maps.DeleteFunc(a.poolStateLocked(pool).ran, func(uid types.UID, _ bool) bool { return !have[uid] })
 }
 
 func laterOf(a, b time.Time) time.Time {
