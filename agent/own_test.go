@@ -63,6 +63,21 @@ func TestOwnMirror(t *testing.T) {
 	}
 }
 
+// TestPieceNumber: the number in the name kubelet gives a piece's pod on this node, piece 0
+// (the single pod of agents before pieces) included; names of other nodes or forms are none.
+func TestPieceNumber(t *testing.T) {
+	a := testAgent(t)
+	for name, want := range map[string]int{
+		"sandbox-pool-7-node-a": 7, "sandbox-pool-node-a": 0, "sandbox-pool-999999-node-a": 999999,
+		"sandbox-pool-07-node-a": -1, "sandbox-pool-7-node-b": -1, "sandbox-pool--1-node-a": -1, "other-7-node-a": -1,
+	} {
+		n, ok := a.pieceNumber(name)
+		if (want < 0 && ok) || (want >= 0 && (!ok || n != want)) {
+			t.Errorf("pieceNumber(%q) = %d, %v; want %d", name, n, ok, want)
+		}
+	}
+}
+
 // TestNextPiece: the next number is above the highest one written (kept across restarts) and
 // every number in use; past MaxPiece, the lowest free one: numbers never run out, whatever
 // the node's pods are named.

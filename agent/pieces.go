@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -282,12 +283,15 @@ func (a *Agent) pieceNumber(mirror string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
+	if rest == manifest.PodName(0) {
+		return 0, true // the single pod of agents before pieces
+	}
 	rest, ok = strings.CutPrefix(rest, v1alpha1.PlaceholderPodName+"-")
 	if !ok {
 		return 0, false
 	}
-	var n int
-	if _, err := fmt.Sscanf(rest, "%d", &n); err != nil || manifest.PodName(n) != v1alpha1.PlaceholderPodName+"-"+rest {
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 1 || strconv.Itoa(n) != rest {
 		return 0, false
 	}
 	return n, true

@@ -177,7 +177,10 @@ func (k *kubeletStandIn) run(ctx context.Context, file, hash string, static *cor
 		return
 	}
 	if _, err := c.Start(ctx, &v1.StartRequest{Identity: id, ShimPid: uint32(os.Getpid())}); err != nil {
+		// The sandbox fails; kubelet retries the pod while its manifest is there, and
+		// removes it with its mirror pod once it is gone: the next tick starts over.
 		k.logf("shim Start: %v", err)
+		_ = admin.Delete(ctx, mirror, client.GracePeriodSeconds(0))
 		return
 	}
 	mirror.Status.Phase = corev1.PodRunning
