@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,5 +176,51 @@ func TestEnforced(t *testing.T) {
 	other := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: types.UID("uid-q")}}
 	if e := b.enforced(other); e.applied != nil {
 		t.Errorf("a recreated pool took the old one's: %+v", e)
+	}
+}
+
+// TestNewestKubeletEvent: only a Warning this node's kubelet posted about the static pod's
+// UID, since the manifest was written, is kubelet's word on a piece; the newest of them.
+func TestNewestKubeletEvent(t *testing.T) {
+	written := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	f := manifest.File{UID: "uid-1", ModTime: written}
+	event := func(reason string, at time.Time, change func(*corev1.Event)) corev1.Event {
+		e := corev1.Event{Type: corev1.EventTypeWarning, Reason: reason, Message: reason + " message",
+			Source: corev1.EventSource{Component: kubeletComponent, Host: "node-a"}, LastTimestamp: metav1.NewTime(at)}
+		e.InvolvedObject.UID = "uid-1"
+		if change != nil {
+			change(&e)
+		}
+		return e
+	}
+	any := func(string) bool { return true }
+	later := written.Add(time.Minute)
+	for name, tc := range map[string]struct {
+		events []corev1.Event
+		want   string
+	}{
+		"kubelet's":               {[]corev1.Event{event("OutOfcpu", later, nil)}, "OutOfcpu: OutOfcpu message"},
+		"the newest":              {[]corev1.Event{event("Old", later, nil), event("New", later.Add(time.Second), nil)}, "New: New message"},
+		"another node's kubelet":  {[]corev1.Event{event("OutOfcpu", later, func(e *corev1.Event) { e.Source.Host = "node-b" })}, ""},
+		"not kubelet":             {[]corev1.Event{event("OutOfcpu", later, func(e *corev1.Event) { e.Source.Component = "someone" })}, ""},
+		"another pod of the name": {[]corev1.Event{event("OutOfcpu", later, func(e *corev1.Event) { e.InvolvedObject.UID = "uid-2" })}, ""},
+		"before the manifest":     {[]corev1.Event{event("OutOfcpu", written.Add(-time.Minute), nil)}, ""},
+		"not a warning":           {[]corev1.Event{event("OutOfcpu", later, func(e *corev1.Event) { e.Type = corev1.EventTypeNormal })}, ""},
+		"events.k8s.io, this node": {[]corev1.Event{event("X", later, func(e *corev1.Event) {
+			e.Source = corev1.EventSource{}
+			e.ReportingController, e.ReportingInstance = kubeletComponent, "node-a"
+		})}, "X: X message"},
+		"events.k8s.io, other node": {[]corev1.Event{event("X", later, func(e *corev1.Event) {
+			e.Source = corev1.EventSource{}
+			e.ReportingController, e.ReportingInstance = kubeletComponent, "node-b"
+		})}, ""},
+	} {
+		got, ok := newestKubeletEvent(tc.events, "node-a", f, any)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("%s: %q, %v; want %q", name, got, ok, tc.want)
+		}
+	}
+	if _, ok := newestKubeletEvent([]corev1.Event{event("Failed", later, nil)}, "node-a", f, admissionRejection); ok {
+		t.Error("a reason that is no admission refusal passed as one")
 	}
 }

@@ -336,11 +336,18 @@ func (a *Agent) kubeletEvent(ctx context.Context, mirror string, f manifest.File
 		logf.FromContext(ctx).V(1).Info("reading kubelet's events of a placeholder pod", "pod", mirror, "error", err.Error())
 		return "", false
 	}
+	return newestKubeletEvent(events.Items, a.opts.NodeName, f, match)
+}
+
+// newestKubeletEvent is the newest of events that node's kubelet posted about the static
+// pod of f since f was written, as a Warning whose reason passes match: its reason and
+// message.
+func newestKubeletEvent(events []corev1.Event, node string, f manifest.File, match func(reason string) bool) (string, bool) {
 	since := f.ModTime.Truncate(time.Second)
 	var found *corev1.Event
-	for i := range events.Items {
-		e := &events.Items[i]
-		if e.Type != corev1.EventTypeWarning || !match(e.Reason) || !a.fromKubelet(e) ||
+	for i := range events {
+		e := &events[i]
+		if e.Type != corev1.EventTypeWarning || !match(e.Reason) || !fromKubelet(e, node) ||
 			(f.UID != "" && e.InvolvedObject.UID != f.UID) {
 			continue
 		}
@@ -355,13 +362,13 @@ func (a *Agent) kubeletEvent(ctx context.Context, mirror string, f manifest.File
 	return found.Reason + ": " + found.Message, true
 }
 
-// fromKubelet reports whether e says it comes from this node's kubelet.
-func (a *Agent) fromKubelet(e *corev1.Event) bool {
+// fromKubelet reports whether e says it comes from node's kubelet.
+func fromKubelet(e *corev1.Event, node string) bool {
 	switch {
 	case e.Source.Component == kubeletComponent:
-		return e.Source.Host == a.opts.NodeName
+		return e.Source.Host == node
 	case e.ReportingController == kubeletComponent:
-		return e.ReportingInstance == a.opts.NodeName
+		return e.ReportingInstance == node
 	}
 	return false
 }
