@@ -193,7 +193,7 @@ func TestNewestKubeletEvent(t *testing.T) {
 		}
 		return e
 	}
-	any := func(string) bool { return true }
+	anyReason := func(string) bool { return true }
 	later := written.Add(time.Minute)
 	for name, tc := range map[string]struct {
 		events []corev1.Event
@@ -215,7 +215,7 @@ func TestNewestKubeletEvent(t *testing.T) {
 			e.ReportingController, e.ReportingInstance = kubeletComponent, "node-b"
 		})}, ""},
 	} {
-		got, ok := newestKubeletEvent(tc.events, "node-a", f, any)
+		got, ok := newestKubeletEvent(tc.events, "node-a", f, anyReason)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("%s: %q, %v; want %q", name, got, ok, tc.want)
 		}
