@@ -145,6 +145,7 @@ func (f *Fleet) Add(ctx context.Context, o Options) (*Agent, error) {
 	a.mgr, a.client, a.reader = f.mgr, f.mgr.GetClient(), f.mgr.GetAPIReader()
 	a.recorder = f.mgr.GetEventRecorder(v1alpha1.FieldManagerAgent)
 	ctx, cancel := context.WithCancel(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("node", o.NodeName)))
+	a.restore(ctx)
 	f.Stop(o.NodeName)
 	f.mu.Lock()
 	f.members[o.NodeName] = &member{agent: a, cancel: cancel}

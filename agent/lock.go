@@ -70,7 +70,13 @@ type piece struct {
 	// scheduler does not count it yet. It holds its part in kubelet; node-ctl does not grow
 	// into it and no other piece goes because of it until the scheduler counts it too.
 	Unseen bool
-	// Reason is kubelet's word for a rejected piece: its reason and message.
+	// Unrunnable: kubelet has not run the piece (it is pending or admitted) within
+	// Options.PieceStartTimeout of its manifest (a RuntimeClass or handler the node does not
+	// have, an image it cannot get, ...). It is removed when the lock holds what node-ctl
+	// runs without it, and never waited for.
+	Unrunnable bool
+	// Reason is kubelet's word for a rejected piece (its reason and message), or why an
+	// unrunnable piece is.
 	Reason string
 }
 
@@ -86,8 +92,11 @@ type lockInput struct {
 	Desired corev1.ResourceList
 	// Pieces are the pool's pieces on disk, with what kubelet made of them.
 	Pieces []piece
-	// Applied is what node-ctl runs for the pool; nil when it runs nothing for it.
+	// Applied is the most node-ctl may be running for the pool (what it last reported, or
+	// the config last written for it if more); nil when it runs nothing for it.
 	Applied corev1.ResourceList
+	// Reported is what node-ctl last reported running for the pool; nil when nothing.
+	Reported corev1.ResourceList
 	// AllocatedMemory is the memory the pool's sandboxes use (node-ctl's working set).
 	AllocatedMemory int64
 	// Watermark is the share of a smaller memory size usage may reach for a downscale.
@@ -98,10 +107,18 @@ type lockInput struct {
 	// Preempt lets a growth go to kubelet without the room check: kubelet then preempts pods
 	// that are not critical to make room (static pods are critical to it).
 	Preempt bool
-	// Backoff: kubelet refused a piece of this pool a short while ago; no growth is asked of
-	// it again until the backoff ends. LastRejection is kubelet's word then.
+	// Backoff: kubelet refused a piece of this pool, or could not run one, a short while ago;
+	// no growth is asked of it again until the backoff ends (nor, after an unrunnable piece,
+	// a replacement). LastRejection is kubelet's word then.
 	Backoff       bool
 	LastRejection string
+	// Unrunnable says why a piece of the pool's current spec could not be run, since the
+	// last time the pool was synced ("" when none could not): the pool is reported Degraded
+	// until a piece of it runs or the spec changes.
+	Unrunnable string
+	// Confirmed: node-ctl has reported applying the config the agent last wrote for the
+	// pool; until it has, the pool is not synced and no resize is completed.
+	Confirmed bool
 	// NextPiece is the number of the next piece the plan adds.
 	NextPiece int
 }
@@ -146,6 +163,9 @@ type lockPlan struct {
 	Reason   string
 	// Waiting says what the plan waits for when a piece is not admitted yet.
 	Waiting string
+	// Unrunnable says why a piece of the pool cannot be run (kubelet has not run it within
+	// Options.PieceStartTimeout); "" when none. The pool is Degraded, not resizing.
+	Unrunnable string
 }
 
 // planLock decides the next step. It is a pure function of its input: the agent calls it on
@@ -160,15 +180,17 @@ type lockPlan struct {
 //     a lock below what node-ctl runs, or the first lock of a pool, does not wait.
 func planLock(in lockInput) lockPlan {
 	var p lockPlan
-	var rejected []piece
+	var rejected, unrunnable []piece
 	pending := 0
 	lock, running := corev1.ResourceList{}, corev1.ResourceList{}
 	for _, pc := range in.Pieces {
-		switch pc.State {
-		case pieceRejected:
+		switch {
+		case pc.State == pieceRejected:
 			rejected = append(rejected, pc)
 			p.Remove = append(p.Remove, pc.Number)
-		case piecePending:
+		case pc.Unrunnable:
+			unrunnable = append(unrunnable, pc)
+		case pc.State == piecePending:
 			pending++
 		}
 		if pc.holds() {
@@ -194,6 +216,28 @@ func planLock(in lockInput) lockPlan {
 		p.Deferred, p.Reason = deferKubelet, "kubelet refused placeholder pod "+strconv.Itoa(rejected[0].Number)+": "+rejected[0].Reason
 		return p
 	}
+	p.Unrunnable = in.Unrunnable
+	if len(unrunnable) > 0 {
+		// A piece kubelet cannot run is never waited for. It goes, and the attempt is made
+		// again after the backoff, when the lock holds what node-ctl runs without it:
+		// kubelet and the scheduler may count an admitted one, but node-ctl never grew into
+		// it. One the lock cannot do without (the whole lock, after a replacement in place)
+		// stays until a piece that runs replaces it.
+		p.Unrunnable = "kubelet cannot run placeholder pod " + strconv.Itoa(unrunnable[0].Number) + ": " + unrunnable[0].Reason
+		left := lock.DeepCopy()
+		for _, pc := range unrunnable {
+			rest := left
+			if pc.holds() {
+				rest = subtract(left, pc.Res)
+			}
+			if covers(rest, in.Applied) {
+				p.Remove, left = append(p.Remove, pc.Number), rest
+			}
+		}
+		if len(p.Remove) > 0 {
+			return p
+		}
+	}
 	if pending > 0 {
 		p.Waiting = "waiting for kubelet to admit the placeholder pod just written"
 		return p
@@ -218,7 +262,9 @@ func planLock(in lockInput) lockPlan {
 			}
 		}
 		if in.Backoff {
-			p.Deferred, p.Reason = deferKubelet, in.LastRejection
+			if in.Unrunnable == "" {
+				p.Deferred, p.Reason = deferKubelet, in.LastRejection
+			}
 			return p
 		}
 		p.Add = &newPiece{Number: in.NextPiece, Res: grow}
@@ -229,7 +275,7 @@ func planLock(in lockInput) lockPlan {
 	// current, and extra pieces, once every piece runs: a piece goes only after its
 	// replacement runs, so the pool stays ready.
 	for _, pc := range in.Pieces {
-		if pc.State == pieceAdmitted {
+		if pc.State == pieceAdmitted && !pc.Unrunnable {
 			p.Waiting = "waiting for placeholder pod " + strconv.Itoa(pc.Number) + " to run"
 			return p
 		}
@@ -247,7 +293,7 @@ func planLock(in lockInput) lockPlan {
 	stale := slices.ContainsFunc(live, func(pc piece) bool { return !pc.Current || !pc.Trusted })
 	surplus := !equalResources(lock, want)
 	if !stale && !surplus && len(live) <= 1 {
-		p.Synced = p.NodeCtl == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
+		p.Synced = p.synced(in, lock) && len(unrunnable) == 0
 		return p
 	}
 	// A running, current piece that holds exactly what the lock must: the others go.
@@ -288,12 +334,16 @@ func planLock(in lockInput) lockPlan {
 		p.NeedRoom = true
 		return p
 	}
+	if in.Backoff && in.Unrunnable != "" {
+		// The last piece of this spec could not be run: the next one waits for the backoff.
+		return p
+	}
 	if !surplus && !stale {
 		if in.Room.fits(want) {
 			p.Add = &newPiece{Number: in.NextPiece, Res: want}
 		}
 		// A fold waits for room: several current pieces of the right sum hold the lock.
-		p.Synced = p.NodeCtl == nil && p.Add == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
+		p.Synced = p.Add == nil && p.synced(in, lock) && len(unrunnable) == 0
 		return p
 	}
 	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
@@ -310,6 +360,12 @@ func planLock(in lockInput) lockPlan {
 		p.RemoveFirst = true
 	}
 	return p
+}
+
+// synced reports whether, with the pieces as they are, node-ctl and the lock hold exactly
+// the pool's resources and node-ctl has confirmed it.
+func (p *lockPlan) synced(in lockInput, lock corev1.ResourceList) bool {
+	return p.NodeCtl == nil && in.Confirmed && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
 }
 
 // planNodeCtl is node-ctl's part of the step: grow up to what the running pieces hold,
@@ -352,9 +408,10 @@ func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, d
 		// node-ctl starts with the pool's cpu and memory locked, not before.
 		return nil, deferred, reason
 	}
-	if equalResources(target, in.Applied) {
+	if equalResources(target, in.Reported) && in.Confirmed {
 		return nil, deferred, reason
 	}
+	// Also when node-ctl has not confirmed the config last written: it is written again.
 	return target, deferred, reason
 }
 

@@ -198,6 +198,8 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 	switch {
 	case plan.Synced:
 		set(v1alpha1.ConditionResourceSynced, true, v1alpha1.ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
+	case plan.Unrunnable != "":
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonPodUnrunnable, plan.Unrunnable)
 	case plan.Deferred != "":
 		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonResizeDeferred, plan.Reason)
 	case ps.nodeCtlErr != nil:
@@ -212,7 +214,7 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 
 	// A resize in progress moves without a fault: node-ctl answers and takes its configs.
 	// The pool stays Ready meanwhile (the old lock holds); a fault makes it Degraded.
-	inProgress := !plan.Synced && plan.Deferred == "" && ps.nodeCtlErr == nil && nc.Healthy
+	inProgress := !plan.Synced && plan.Deferred == "" && plan.Unrunnable == "" && ps.nodeCtlErr == nil && nc.Healthy
 	reason = v1alpha1.ReasonNoResize
 	if inProgress {
 		reason = v1alpha1.ReasonResizeInProgress
@@ -228,14 +230,16 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 }
 
 // readiness is PlaceholderPodReady: the pool's placeholder pods run, as their mirror pods
-// and the shim both say, and hold at least what node-ctl runs. A pod added for a resize
-// that is not running yet does not count against it; a running one that broke does.
+// and the shim both say, and hold at least what node-ctl may be running in both counts:
+// kubelet's (it runs them) and the scheduler's (their mirror pods are in the API server).
+// A pod added for a resize that is not running yet does not count against it; a running one
+// that broke does.
 func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 	type why struct {
 		reason v1alpha1.ConditionReason
 		msg    string
 	}
-	var broken, waiting *why
+	var broken, missing, waiting *why
 	covered := corev1.ResourceList{}
 	var running []string
 	for _, pc := range ps.obs.pieces {
@@ -249,6 +253,9 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 			if broken == nil || broken.reason != v1alpha1.ReasonShimExited {
 				broken = &why{v1alpha1.ReasonShimStopped, "the placeholder shim stopped " + name}
 			}
+		case pc.State == pieceRunning && pc.Unseen:
+			missing = &why{v1alpha1.ReasonMirrorPodMissing, "the scheduler does not count " + name +
+				": kubelet runs it, but its mirror pod is not in the API server (kubelet creates it again on its next sync)"}
 		case pc.State == pieceRunning:
 			if pc.Trusted {
 				addTo(covered, pc.Res)
@@ -256,6 +263,10 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 			}
 		case pc.State == pieceRejected:
 			waiting = &why{v1alpha1.ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
+		case pc.Unrunnable:
+			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
+				waiting = &why{v1alpha1.ReasonPodUnrunnable, name + ": " + pc.Reason}
+			}
 		case pc.State == pieceAdmitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
 			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
 				waiting = &why{v1alpha1.ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
@@ -275,6 +286,9 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 	}
 	if len(running) > 0 && covers(covered, ps.applied) {
 		return true, v1alpha1.ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
+	}
+	if missing != nil {
+		return false, missing.reason, missing.msg
 	}
 	if waiting != nil {
 		return false, waiting.reason, waiting.msg

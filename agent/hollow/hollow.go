@@ -170,6 +170,7 @@ func (n *Nodes) StartAgent(node string) error {
 	o.NodeName, o.Version = node, "hollow"
 	o.ManifestDir, o.NodeCtlConfig, o.NodeCtl = filepath.Join(n.opts.Dir, "manifests"), n.configPath(node), nc
 	o.NodeCtlRestartCommand, o.NodeCtlStopCommand = "", ""
+	o.StateFile = filepath.Join(n.opts.Dir, "state", node+".json")
 	o.HealthzAddr, o.MetricsAddr = "0", "0"
 	// Hollow nodes report no allocatable to check a growth against, and the hollow kubelet
 	// admits every pod: growths go to it at once.

@@ -23,9 +23,6 @@ import (
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
-// mirrorAnnotation marks a mirror pod (kubelet's kubetypes.ConfigMirrorAnnotationKey).
-const mirrorAnnotation = "kubernetes.io/config.mirror"
-
 // kubelet plays kubelet and the placeholder shim for every hollow node at once, the way
 // they behave for a static pod: it watches the shared manifest directory, and for each
 // placeholder manifest keeps one mirror pod in the API server with the manifest's spec;
@@ -147,11 +144,17 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	m := pod.DeepCopy()
-	m.Name, m.Spec.NodeName = pod.Name+"-"+node, node
+	m.Name, m.Spec.NodeName, m.UID = pod.Name+"-"+node, node, ""
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}
-	m.Annotations[mirrorAnnotation] = hash
+	// kubelet keeps a static pod's metadata.uid (else it hashes the file) and marks the
+	// mirror pod with it and with the pod's source.
+	static := string(pod.UID)
+	if static == "" {
+		static = hash
+	}
+	m.Annotations[manifest.AnnotationConfigMirror], m.Annotations[manifest.AnnotationConfigSource] = static, manifest.ConfigSourceFile
 	if err := k.client.Create(ctx, m); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
 			return err
@@ -210,8 +213,10 @@ func (k *kubelet) kill(ctx context.Context, key string, cur mirror) error {
 	return nil
 }
 
+// identity is what the shim tells the agent of the mirror pod's static pod: CRI's pod UID
+// is the static pod's.
 func identity(pod *corev1.Pod) *v1.Identity {
-	uid := string(pod.UID)
+	uid := pod.Annotations[manifest.AnnotationConfigMirror]
 	return &v1.Identity{Namespace: "k8s.io", ContainerId: uid, SandboxId: uid, Sandbox: true,
 		PodName: pod.Name, PodNamespace: pod.Namespace, PodUid: uid,
 		PoolName: pod.Annotations[v1alpha1.AnnotationPoolName], PoolUid: pod.Annotations[v1alpha1.AnnotationPoolUID]}

@@ -57,6 +57,7 @@ func suiteTimers() stack.Timers {
 		LeaseRenewInterval:     time.Second,
 		LeaseTTL:               4 * time.Second,
 		DeferredWarningAfter:   3 * time.Second,
+		PieceStartTimeout:      15 * time.Second,
 		NodeCtlUnreadyAfter:    6 * time.Second,
 		FinalizerTimeout:       5 * time.Minute,
 	}
