@@ -80,8 +80,8 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: generate
-generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Regenerate the CRDs (from schema/*.cue), the Go deepcopy code and the shim API.
-	$(GO) run ./hack/crdgen -out deploy/crds
+generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Regenerate the CRDs and the Go types' field docs (from schema/*.cue), the Go deepcopy code and the shim API.
+	$(GO) run ./hack/crdgen -out deploy/crds -go-types schema/v1alpha1/types.go
 	$(DEEPCOPY_GEN) --output-file zz_generated.deepcopy.go \
 		--go-header-file hack/boilerplate.go.txt ./schema/v1alpha1
 	$(MINPROTOC) -I . --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --plugin=protoc-gen-go-ttrpc=$(PROTOC_GEN_GO_TTRPC) \
