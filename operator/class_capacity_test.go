@@ -190,3 +190,23 @@ func TestCapacityMetrics(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClassCapacity: what summing a class's pools costs each class pass, by pool count
+// (docs/benchmarks.md, "Class capacity").
+func BenchmarkClassCapacity(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		pools := make([]*v1alpha1.SandboxPool, n)
+		for i := range pools {
+			pools[i] = capacityPool(fmt.Sprintf("p%d", i), v1alpha1.PhaseReady, fmt.Sprintf("zone-%d", i%3), "4", "16Gi", 16<<30, int64(i)<<20)
+		}
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for b.Loop() {
+				fs := make([]poolFigures, 0, n)
+				for _, p := range pools {
+					fs = append(fs, figuresOf(p))
+				}
+				classCapacity(fs)
+			}
+		})
+	}
+}

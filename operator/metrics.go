@@ -46,8 +46,18 @@ var (
 	// The capacity figures of each class (its status.capacity, unrounded) and of each of its
 	// pools (docs/operator.md, "Capacity"). The pool series carry the pool's zone, so
 	// PromQL sums them per zone.
-	classCapacityGauges = newCapacityGauges("class", "the class's pools", "class")
-	poolCapacityGauges  = newCapacityGauges("pool", "the pool", "class", "pool", "zone")
+	classCapacityGauges = capacityGauges{
+		cpu:       capacityGauge("sandboxpool_class_cpu_held_cores", "cpu the placeholder pods of the class's pools hold (status.capacity.cpu), in cores.", "class"),
+		memory:    capacityGauge("sandboxpool_class_memory_held_bytes", "Memory the placeholder pods of the class's pools hold (status.capacity.memory), in bytes.", "class"),
+		allocated: capacityGauge("sandboxpool_class_memory_allocated_bytes", "Memory the sandboxes of the class's pools use, as node-ctl reports it, in bytes.", "class"),
+		free:      capacityGauge("sandboxpool_class_memory_free_bytes", "Memory node-ctl can still hand to new sandboxes on the class's Ready pools (allocatable less allocated, none below zero), in bytes.", "class"),
+	}
+	poolCapacityGauges = capacityGauges{
+		cpu:       capacityGauge("sandboxpool_pool_cpu_held_cores", "cpu the pool's placeholder pods hold (status.capacity.cpu), in cores.", "class", "pool", "zone"),
+		memory:    capacityGauge("sandboxpool_pool_memory_held_bytes", "Memory the pool's placeholder pods hold (status.capacity.memory), in bytes.", "class", "pool", "zone"),
+		allocated: capacityGauge("sandboxpool_pool_memory_allocated_bytes", "Memory the pool's sandboxes use, as node-ctl reports it (status.poolInfo.allocatedMemoryBytes), in bytes.", "class", "pool", "zone"),
+		free:      capacityGauge("sandboxpool_pool_memory_free_bytes", "Memory node-ctl can still hand to new sandboxes on the pool while it is Ready (allocatable less allocated, not below zero), in bytes.", "class", "pool", "zone"),
+	}
 )
 
 // capacityGauges are the four capacity figures of one level (class or pool).
@@ -55,16 +65,8 @@ type capacityGauges struct {
 	cpu, memory, allocated, free *prometheus.GaugeVec
 }
 
-func newCapacityGauges(level, whose string, labels ...string) capacityGauges {
-	gauge := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sandboxpool_" + level + "_" + name, Help: help}, labels)
-	}
-	return capacityGauges{
-		cpu:       gauge("cpu_held_cores", "cpu the placeholder pods of "+whose+" hold (status.capacity.cpu), in cores."),
-		memory:    gauge("memory_held_bytes", "Memory the placeholder pods of "+whose+" hold (status.capacity.memory), in bytes."),
-		allocated: gauge("memory_allocated_bytes", "Memory the sandboxes of "+whose+" use, as node-ctl reports it (status.poolInfo.allocatedMemoryBytes), in bytes."),
-		free:      gauge("memory_free_bytes", "Memory node-ctl can still hand to new sandboxes on "+whose+" while Ready (allocatable less allocated, not below zero), in bytes."),
-	}
+func capacityGauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 }
 
 func (g capacityGauges) collectors() []prometheus.Collector {
