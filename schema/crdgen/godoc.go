@@ -211,7 +211,7 @@ func commentLines(doc, indent string) string {
 			b.WriteString(indent + "//\n")
 		}
 		line := ""
-		for _, word := range strings.Fields(para) {
+		for word := range strings.FieldsSeq(para) {
 			if line != "" && len(line)+1+len(word) > width {
 				b.WriteString(indent + "// " + line + "\n")
 				line = ""
