@@ -29,6 +29,10 @@ CUE            := $(CLI_TOOLS)/cue
 # golangci-lint, in its own tools module (hack/lint): its dependencies stay out of the others'.
 GOLANGCI_LINT_VERSION := $(shell awk '$$1=="github.com/golangci/golangci-lint/v2"{print $$2}' hack/lint/go.mod)
 GOLANGCI_LINT  := $(TOOLS_DIR)/lint-golangci$(GOLANGCI_LINT_VERSION:v%=%)/golangci-lint
+# kube-api-linter in its standalone form (hack/kal), in its own tools module: make lint runs
+# it on the API types.
+KAL_VERSION     := $(shell awk '$$1=="sigs.k8s.io/kube-api-linter"{print $$2}' hack/kal/go.mod)
+KUBE_API_LINTER := $(TOOLS_DIR)/kal-$(KAL_VERSION:v%=%)/kube-api-linter
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
 OPA            := $(CLI_TOOLS)/opa
 
@@ -80,8 +84,8 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: generate
-generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Regenerate the CRDs (from schema/*.cue), the Go deepcopy code and the shim API.
-	$(GO) run ./hack/crdgen -out deploy/crds
+generate: $(DEEPCOPY_GEN) $(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) ## Regenerate the CRDs and the Go types' field docs (from schema/*.cue), the Go deepcopy code and the shim API.
+	$(GO) run ./hack/crdgen -out deploy/crds -go-types schema/v1alpha1/types.go
 	$(DEEPCOPY_GEN) --output-file zz_generated.deepcopy.go \
 		--go-header-file hack/boilerplate.go.txt ./schema/v1alpha1
 	$(MINPROTOC) -I . --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --plugin=protoc-gen-go-ttrpc=$(PROTOC_GEN_GO_TTRPC) \
@@ -106,8 +110,9 @@ verify: generate lint ## Regenerate and fail on any drift; check formatting, vet
 	if [ "$$lib" != "$$bin" ]; then echo "containerd: tools $$bin (hack/containerd/go.mod) and shim library $$lib (go.mod) differ"; exit 1; fi
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run the pinned golangci-lint with .golangci.yml (part of make verify).
+lint: $(GOLANGCI_LINT) $(KUBE_API_LINTER) ## Run the pinned golangci-lint with .golangci.yml, and kube-api-linter on the API types (part of make verify).
 	$(GOLANGCI_LINT) run --allow-serial-runners ./...
+	$(KUBE_API_LINTER) ./schema/v1alpha1
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
@@ -305,7 +310,7 @@ demo-down: ## Stop exactly what make demo started (PIDs from its state file) and
 .PHONY: tools
 TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(KUBELET) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(KUBE_PROXY) \
 	$(CUE) $(DEEPCOPY_GEN) $(OPA) $(CONTAINERD_BINS) \
-	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) $(GOLANGCI_LINT)
+	$(MINPROTOC) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_TTRPC) $(PROMTOOL) $(MONITORING_CRDS) $(GOLANGCI_LINT) $(KUBE_API_LINTER)
 tools: $(TOOLS) ## Build every pinned tool make test needs, once, into TOOLS_DIR (the targets below build one each).
 
 $(KUBE_APISERVER) $(KUBECTL) &: hack/kube/go.mod hack/kube/go.sum
@@ -360,6 +365,11 @@ $(ETCD): hack/etcd/go.mod hack/etcd/go.sum
 $(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
 	@echo ">> building golangci-lint $(GOLANGCI_LINT_VERSION)"
 	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@touch $@
+
+$(KUBE_API_LINTER): hack/kal/go.mod hack/kal/go.sum hack/kal/main.go
+	@echo ">> building kube-api-linter $(KAL_VERSION)"
+	cd hack/kal && $(GO) build -trimpath -o $@ .
 	@touch $@
 
 $(CUE) $(DEEPCOPY_GEN) $(OPA) &: hack/tools/go.mod hack/tools/go.sum

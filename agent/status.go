@@ -80,6 +80,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 		}
 		st.PoolInfo.AllocatedMemoryBytes = ptr.To(allocated)
 	}
+	st.Capacity = poolCapacity(ps.plan.Lock, st.PoolInfo)
 	st.LastAppliedGeneration = pool.Status.LastAppliedGeneration
 	if ps.plan.Synced {
 		st.LastAppliedGeneration = ptr.To(pool.Generation)
@@ -134,6 +135,18 @@ func overrideStatus(o *v1alpha1.Override, prev *v1alpha1.OverrideStatus, now met
 	return st
 }
 
+// poolCapacity is status.capacity: what the pool's admitted placeholder pods hold (the
+// lock, as kubelet and the scheduler count it) and the memory in use that poolInfo reports.
+// It changes only with the lock, which the ResizeInProgress message names, and with
+// poolInfo: it never causes a write of its own.
+func poolCapacity(lock corev1.ResourceList, info *v1alpha1.PoolInfo) *v1alpha1.PoolCapacity {
+	c := &v1alpha1.PoolCapacity{CPU: ptr.To(lock.Cpu().DeepCopy()), Memory: ptr.To(lock.Memory().DeepCopy())}
+	if info != nil && info.AllocatedMemoryBytes != nil {
+		c.AllocatedMemory = ptr.To(v1alpha1.MebibytesUp(*info.AllocatedMemoryBytes))
+	}
+	return c
+}
+
 // shownPod is the placeholder pod status.placeholderPod shows: the newest running piece's
 // mirror pod, else the newest mirror pod of the pool's pieces.
 func (a *Agent) shownPod(ps pass) *corev1.Pod {
@@ -158,7 +171,7 @@ var volatileStatusFields = []string{"placeholderAgent.lastHeartbeat", "nodeCtl.l
 // agentFields is the part of a pool's status the agent owns (docs/design.md §4), as read back.
 func agentFields(s v1alpha1.SandboxPoolStatus) *v1alpha1.SandboxPoolStatus {
 	own := &v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
-		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, PoolInfo: s.PoolInfo,
+		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, Capacity: s.Capacity, PoolInfo: s.PoolInfo,
 		LastAppliedGeneration: s.LastAppliedGeneration}
 	for _, c := range s.Conditions {
 		if isAgentCondition(c.Type) {

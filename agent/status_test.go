@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -43,5 +44,21 @@ func TestOverrideStatus(t *testing.T) {
 				t.Errorf("overriddenAt = %v, want %v", got.OverriddenAt, tc.at)
 			}
 		})
+	}
+}
+
+// TestPoolCapacity: status.capacity shows the lock (what kubelet admitted, summed over the
+// pieces) and the memory in use rounded up to a mebibyte; no node-ctl report, no usage.
+func TestPoolCapacity(t *testing.T) {
+	lock := corev1.ResourceList{}
+	addTo(lock, rl("500m", "128Mi"))
+	addTo(lock, rl("200m", "64Mi"))
+	c := poolCapacity(lock, &v1alpha1.PoolInfo{AllocatableMemoryBytes: ptr.To[int64](192 << 20), AllocatedMemoryBytes: ptr.To[int64](13_000_000)})
+	if got := [3]string{c.CPU.String(), c.Memory.String(), c.AllocatedMemory.String()}; got != [3]string{"700m", "192Mi", "13Mi"} {
+		t.Errorf("capacity = %v, want 700m 192Mi 13Mi", got)
+	}
+	c = poolCapacity(corev1.ResourceList{}, nil)
+	if c.CPU.String() != "0" || c.Memory.String() != "0" || c.AllocatedMemory != nil {
+		t.Errorf("capacity with no admitted piece and no node-ctl report = %+v", c)
 	}
 }

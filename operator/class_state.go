@@ -22,6 +22,9 @@ type classState struct {
 	// burst cap, so a fan-out larger than the cap does not restart its slow start at 1
 	// every pass.
 	firstBatch int
+	// poolSeries are the pools whose capacity series the last pass set, with their zones,
+	// so the next removes those of pools gone or moved to another zone.
+	poolSeries map[string]string
 }
 
 // classStates holds the classState of every class the reconciler has seen. The zero value
@@ -108,4 +111,16 @@ func (s *classStates) noteFanout(class string, generation int64, outOfSync bool,
 		}
 	})
 	return d, done
+}
+
+// swapPoolSeries records the pools (and zones) whose capacity series this pass sets and
+// returns those the pass before set.
+func (s *classStates) swapPoolSeries(class string, pools map[string]poolFigures) map[string]string {
+	now := make(map[string]string, len(pools))
+	for name, f := range pools {
+		now[name] = f.zone
+	}
+	var before map[string]string
+	s.with(class, func(st *classState) { before, st.poolSeries = st.poolSeries, now })
+	return before
 }

@@ -36,7 +36,7 @@ func TestLayoutOfTheEmbeddedSchema(t *testing.T) {
 	if !pool.statusApart || !pool.metadataOpen {
 		t.Errorf("SandboxPool layout: status apart %v, metadata open %v; want both", pool.statusApart, pool.metadataOpen)
 	}
-	want := []string{"conditions", "lastAppliedGeneration", "nodeCtl", "override", "phase", "placeholderAgent", "placeholderPod", "poolInfo", "resize"}
+	want := []string{"capacity", "conditions", "lastAppliedGeneration", "nodeCtl", "override", "phase", "placeholderAgent", "placeholderPod", "poolInfo", "resize"}
 	var got []string
 	for m := range pool.statusMembers {
 		got = append(got, m)

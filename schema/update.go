@@ -107,7 +107,7 @@ func (s *Schema) ValidateUpdate(kind Kind, old, obj []byte) error {
 	if len(kept) == 0 {
 		return nil
 	}
-	return toValidationError(kind, kept)
+	return s.validationError(kind, kept, obj)
 }
 
 // ChangedParts lists the parts whose values differ between two objects, ignoring the

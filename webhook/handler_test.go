@@ -121,7 +121,7 @@ func TestHandlerDecisions(t *testing.T) {
 	}{
 		"allowed": {req: createClass(classJSON)},
 		"schema denial": {req: createClass(zeroCPU), wantCode: http.StatusForbidden, wantMsgs: []string{
-			"spec.resourcePolicy.resources.cpu: must be a quantity greater than zero",
+			`spec.resourcePolicy.resources.cpu: Invalid value: "0": must be a quantity greater than zero`,
 		}},
 		"policy denial": {req: updatePoolStatus(nodeA, poolJSON, nodeOverreach), wantCode: http.StatusForbidden, wantMsgs: []string{
 			"status.phase", "NodeNotFound",

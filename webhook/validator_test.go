@@ -83,7 +83,7 @@ func TestValidatorDecisions(t *testing.T) {
 		"status write by other":   {req: updatePoolStatus(kubelet("node-b"), poolJSON, poolStatusJSON), want: "status of pool placeholder-node-a may only be written by node node-a"},
 		"node sets phase":         {req: updatePoolStatus(nodeA, poolStatusJSON, poolStatusPhase), want: "status.phase"},
 		"class selector changed":  {req: request(admissionv1.Update, v1alpha1.KindSandboxPoolClass, "", admin, []byte(classWithSelector), []byte(classJSON)), want: "spec.selector"},
-		"schema before policy":    {req: createClass(strings.Replace(classJSON, `"cpu":"4"`, `"cpu":"0"`, 1)), want: "spec.resourcePolicy.resources.cpu: must be a quantity greater than zero"},
+		"schema before policy":    {req: createClass(strings.Replace(classJSON, `"cpu":"4"`, `"cpu":"0"`, 1)), want: `spec.resourcePolicy.resources.cpu: Invalid value: "0": must be a quantity greater than zero`},
 		"not a JSON object":       {req: request(admissionv1.Create, v1alpha1.KindSandboxPool, "", admin, []byte(`["list"]`), nil), want: "not a JSON object"},
 		"wrong kind in the body":  {req: request(admissionv1.Create, v1alpha1.KindSandboxPool, "", admin, []byte(classJSON), nil), want: "kind"},
 		"delete is not evaluated": {req: request(admissionv1.Delete, v1alpha1.KindSandboxPool, "", admin, nil, []byte(`{"junk":1}`))},

@@ -78,5 +78,5 @@ func TestResourceNameKeys(t *testing.T) {
 	requireCluster(t)
 	_, err := admin(t).Resource(poolsGVR).Create(context.Background(),
 		poolObject(t, poolName("node-h"), "node-h", "c1", `, "bad name!": "1"`), metav1.CreateOptions{})
-	wantForbidden(t, "bad resource name", err, `bad name!`, "field not allowed")
+	wantForbidden(t, "bad resource name", err, `spec.resourcePolicy.resources: Invalid value: "bad name!"`, "must be a qualified name")
 }

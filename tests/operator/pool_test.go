@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -27,14 +28,23 @@ import (
 // agentReports applies the agent's conditions as the agent's field manager.
 func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 	t.Helper()
+	agentReportsWith(t, pool, podReady, nil)
+}
+
+// agentReportsWith applies the agent's conditions and the other status fields given, as the
+// agent's field manager: everything the agent owns, as each of its applies does.
+func agentReportsWith(t *testing.T, pool string, podReady metav1.ConditionStatus, fields map[string]any) {
+	t.Helper()
 	cond := func(typ string, s metav1.ConditionStatus) map[string]any {
 		return framework.Condition(typ, string(s), "Test")
 	}
-	patch, _ := json.Marshal(framework.PoolStatus(pool, map[string]any{"conditions": []any{
+	status := map[string]any{"conditions": []any{
 		cond(v1alpha1.ConditionPlaceholderPodReady.String(), podReady),
 		cond(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue),
 		cond(v1alpha1.ConditionResourceSynced.String(), metav1.ConditionTrue),
-	}}).Object)
+	}}
+	maps.Copy(status, fields)
+	patch, _ := json.Marshal(framework.PoolStatus(pool, status).Object)
 	p := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 	if err := admin.Status().Patch(context.Background(), p, client.RawPatch(types.ApplyPatchType, patch),
 		client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
@@ -98,9 +108,15 @@ func phaseIs(ph v1alpha1.SandboxPoolPhase, condType string, status metav1.Condit
 	}
 }
 
-// reconciles is the controller's count of reconciles that did not fail (success, requeue,
-// requeue_after), from its own metrics.
+// reconciles is the pool controller's count of reconciles that did not fail (success,
+// requeue, requeue_after), from its own metrics.
 func reconciles(t *testing.T) float64 {
+	t.Helper()
+	return reconcilesOf(t, "sandboxpool")
+}
+
+// reconcilesOf is the count of reconciles of the named controller that did not fail.
+func reconcilesOf(t *testing.T, controller string) float64 {
 	t.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
@@ -114,7 +130,7 @@ func reconciles(t *testing.T) float64 {
 		for _, m := range f.GetMetric() {
 			var ctrlOK, failed bool
 			for _, l := range m.GetLabel() {
-				ctrlOK = ctrlOK || (l.GetName() == "controller" && l.GetValue() == "sandboxpool")
+				ctrlOK = ctrlOK || (l.GetName() == "controller" && l.GetValue() == controller)
 				failed = failed || (l.GetName() == "result" && l.GetValue() == "error")
 			}
 			if ctrlOK && !failed {

@@ -285,7 +285,7 @@ func TestUpgradeRatchets(t *testing.T) {
 			create(ctx, admin, poolsGVR, strings.NewReplacer("old-node", "new-node", "finalizers: [sandboxpool.agentcube.volcano.sh/placeholder-pod]", "finalizers: []").Replace(legacyPool))},
 		{"a change of the stored bare priority to another", "priorityClassName is required when priority is set",
 			mergePatch(ctx, controller, poolsGVR, legacyPoolName, `{"spec":{"placeholderPod":{"priority":7}}}`)},
-		{"an override with an invalid resource name", "spec.override.resourcePolicy.resources.bad name!",
+		{"an override with an invalid resource name", `spec.override.resourcePolicy.resources: Invalid value: "bad name!"`,
 			mergePatch(ctx, operator, poolsGVR, legacyPoolName, `{"spec":{"override":{"resourcePolicy":{"resources":{"bad name!":"1"}}}}}`)},
 		{"a status write that changes override.source to a value outside the enum", `status.override.source`,
 			applyStatus(ctx, node, v1alpha1.FieldManagerAgent, map[string]any{"poolInfo": map[string]any{"zone": "zone-b"},
