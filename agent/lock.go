@@ -338,7 +338,7 @@ func planLock(in lockInput) lockPlan {
 		// The last piece of this spec could not be run: the next one waits for the backoff.
 		return p
 	}
-	if !surplus && !stale {
+	if !surplus && !stale && !slices.ContainsFunc(live, lendsCPUWeight) {
 		if in.Room.fits(want) {
 			p.Add = &newPiece{Number: in.NextPiece, Res: want}
 		}
@@ -346,6 +346,9 @@ func planLock(in lockInput) lockPlan {
 		p.Synced = p.Add == nil && p.synced(in, lock) && len(unrunnable) == 0
 		return p
 	}
+	// A fold of a piece that lends its cpu weight to the Burstable pods does not wait: with
+	// no room for a second copy, the pieces are swapped for one; the sum is the same, so the
+	// node that admitted them admits it.
 	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
 		// Pieces removed a moment ago still count until kubelet has deleted their mirror
 		// pods; without them the node has room to replace the lock without a gap.
@@ -360,6 +363,16 @@ func planLock(in lockInput) lockPlan {
 		p.RemoveFirst = true
 	}
 	return p
+}
+
+// lendsCPUWeight reports whether kubelet puts the piece in the Burstable tier with cpu
+// weight: a piece of cpu without memory (a growth of cpu alone) is not Guaranteed, so its
+// request joins the Burstable tier's cpu shares, which the Burstable pods use while it is
+// idle, at the expense of node-ctl's slice (docs/node-ctl-contract.md §8). A Guaranteed
+// piece's weight is its own idle cgroup's.
+func lendsCPUWeight(pc piece) bool {
+	cpu, mem := pc.Res[corev1.ResourceCPU], pc.Res[corev1.ResourceMemory]
+	return cpu.Sign() > 0 && mem.Sign() <= 0
 }
 
 // synced reports whether, with the pieces as they are, node-ctl and the lock hold exactly
