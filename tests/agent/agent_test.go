@@ -390,12 +390,17 @@ func TestAgentLifecycle(t *testing.T) {
 	creates := kubelet.Creates()
 	n.stopAgent()
 	n.startAgent()
+	passes := reconcileCount(t)
 	eventually(t, "the restarted agent renews the lease", 10*time.Second, func() (bool, string) {
 		var l coordinationv1.Lease
 		_ = admin.Get(ctx, leaseKey, &l)
 		return l.Spec.RenewTime.After(time.Now().Add(-500 * time.Millisecond)), l.Spec.RenewTime.String()
 	})
-	time.Sleep(2 * time.Second) // let the restarted agent's passes and a verify period run
+	// The restarted agent's first passes, and those of two verify periods (1 s here), ran.
+	eventually(t, "the restarted agent's passes and two verify periods", 10*time.Second, func() (bool, string) {
+		n := reconcileCount(t)
+		return n >= passes+3, fmt.Sprintf("%v passes since the restart", n-passes)
+	})
 	touched := !maps.Equal(before, diskState(n, pool.Name))
 	for path, mtime := range stats {
 		if fi, err := os.Stat(path); err != nil || !fi.ModTime().Equal(mtime) {

@@ -218,8 +218,8 @@ var policyDenial = regexp.MustCompile(`ValidatingAdmissionPolicy '[^']*' with bi
 func createSettingPoliciesAside(t *testing.T, obj client.Object) {
 	t.Helper()
 	ctx := context.Background()
+	err := admin.Create(ctx, obj)
 	for range 5 {
-		err := admin.Create(ctx, obj)
 		m := policyDenial.FindStringSubmatch(fmt.Sprint(err))
 		if err == nil || m == nil {
 			if err != nil {
@@ -243,7 +243,11 @@ func createSettingPoliciesAside(t *testing.T, obj client.Object) {
 			}
 		})
 		// The API server applies a binding's removal once its informer has seen it.
-		time.Sleep(100 * time.Millisecond) // a retry interval, not a synchronisation: the loop retries
+		eventually(t, "the API server without binding "+b.Name, 10*time.Second, func() (bool, string) {
+			err = admin.Create(ctx, obj)
+			again := policyDenial.FindStringSubmatch(fmt.Sprint(err))
+			return again == nil || again[1] != b.Name, fmt.Sprint(err)
+		})
 	}
 	t.Fatalf("creating %s: still refused by an admission policy", obj.GetName())
 }
