@@ -129,13 +129,17 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if pool.Status.NodeCtl != nil {
 		downSince = pool.Status.NodeCtl.DownSince
 	}
-	everReady := pool.Annotations[v1alpha1.AnnotationEverReady] == "true"
+	// A pool was ever Ready when it is Ready now (only this controller writes the phase) or
+	// its marker says so. The marker is written as the pool first leaves Ready, before the
+	// phase that says it left: a pool that becomes Ready and stays so costs no write for it.
+	marked := pool.Annotations[v1alpha1.AnnotationEverReady] == "true"
+	everReady := marked || pool.Status.Phase == v1alpha1.PhaseReady
 	res := phase.Compute(phase.Input{
 		Conditions: conds, NodeCtlDownSince: downSince, EverReady: everReady,
 		Now: now, NodeCtlUnreadyAfter: r.NodeCtlUnreadyAfter,
 	})
 
-	if res.EverReady && !everReady {
+	if res.EverReady && !marked && res.Phase != v1alpha1.PhaseReady {
 		// Marked once, as an annotation: the controller owns only the phase and two
 		// conditions in status.
 		if err := ssa.ApplyAnnotations(ctx, r.Client, &pool, map[string]string{v1alpha1.AnnotationEverReady: "true"},
