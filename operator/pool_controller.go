@@ -116,6 +116,12 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if wait := r.newPoolGrace(&pool, nodeCond, agentCond, now); wait > 0 {
+		// A new pool whose agent has not taken its Lease yet: the agent has a Lease TTL to
+		// do so, as it has to renew it, before the controller writes anything. Its first
+		// status then comes with the Lease (and the agent's report), in one write.
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if agentCond.Reason == v1alpha1.ReasonLeaseHolderMismatch.String() {
 		if was := meta.FindStatusCondition(pool.Status.Conditions, agentCond.Type); was == nil || was.Message != agentCond.Message {
 			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonLeaseHolderMismatch.String(), ActionIgnoreLease, "%s", agentCond.Message)
@@ -201,6 +207,22 @@ func (r *PoolReconciler) leaseEvents() handler.Funcs {
 			enqueue(e.Object, q)
 		},
 	}
+}
+
+// newPoolGrace is how long the controller leaves a new pool's status unwritten: while the
+// pool is younger than the Lease TTL, its node exists, its Lease does not yet, and the
+// controller has written none of its conditions, the agent is on its way, as a Lease renewed
+// less than a TTL ago says it is alive. 0 means write now.
+func (r *PoolReconciler) newPoolGrace(pool *v1alpha1.SandboxPool, nodeCond, agentCond metav1.Condition, now time.Time) time.Duration {
+	if agentCond.Reason != v1alpha1.ReasonLeaseNotFound.String() || nodeCond.Status != metav1.ConditionFalse {
+		return 0
+	}
+	for _, t := range v1alpha1.ControllerConditions {
+		if meta.FindStatusCondition(pool.Status.Conditions, t.String()) != nil {
+			return 0
+		}
+	}
+	return pool.CreationTimestamp.Add(r.LeaseTTL).Sub(now)
 }
 
 // agentHealthy reports whether the cache shows pool with PlaceholderAgentHealthy=True.

@@ -286,3 +286,22 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
 }
+
+// TestNewPoolWithoutAgent: a new pool on a node whose agent never takes its Lease is left
+// unwritten for the Lease TTL (its agent may be on its way), then Pending with LeaseNotFound.
+func TestNewPoolWithoutAgent(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	const node = "op-node-no-agent"
+	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	pool := wrappers.MakePool(node).Class("c1").Resources("1", "1Gi").Obj()
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, wrappers.MakePool(node).Class("c1").Resources("1", "1Gi").Obj()) })
+	waitFor(t, naming.PoolName(node), "no agent within the Lease TTL → Pending", leaseTTL+10*time.Second,
+		phaseIs(v1alpha1.PhasePending, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseNotFound"))
+}
