@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -87,6 +88,11 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	}
 	st.Conditions = a.conditions(pool, ps)
 
+	if onItsWay(pool, prev, &st, a.opts.Clock.Now()) {
+		// Nothing to tell yet that the pool's phase would show (Pending either way); the
+		// pass comes back when the pod starts, and reports then.
+		return nil
+	}
 	if !ssa.StatusChanged(prev.applied, &st, volatileStatusFields...) {
 		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
@@ -114,6 +120,39 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
+}
+
+// firstReportGrace is how long a new pool's first status may wait for its placeholder pod
+// to start (onItsWay).
+const firstReportGrace = 30 * time.Second
+
+// onItsWay reports whether st, the agent's first status for a pool that has none from any
+// agent, may be left unwritten: the pool is younger than firstReportGrace, and st says only
+// that its placeholder pod has not started yet, with node-ctl answering and nothing
+// deferred or refused. The controller shows such a pool Pending with or without it, and a
+// first status that waits for the pod carries it Ready in one write instead of two. A pool
+// still on its way after the grace is reported as it is.
+func onItsWay(pool *v1alpha1.SandboxPool, prev reportedStatus, st *v1alpha1.SandboxPoolStatus, now time.Time) bool {
+	if prev.applied != nil || len(agentFields(pool.Status).Conditions) > 0 || now.Sub(pool.CreationTimestamp.Time) >= firstReportGrace {
+		return false
+	}
+	for _, c := range st.Conditions {
+		switch v1alpha1.ConditionType(c.Type) {
+		case v1alpha1.ConditionPlaceholderPodReady:
+			if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonPodNotRunning.String() {
+				return false
+			}
+		case v1alpha1.ConditionNodeCtlHealthy:
+			if c.Status != metav1.ConditionTrue {
+				return false
+			}
+		case v1alpha1.ConditionResizeDeferred:
+			if c.Status != metav1.ConditionFalse {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // overrideStatus is status.override for the pool's spec.override (nil without one): the
