@@ -117,9 +117,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	if wait := r.newPoolGrace(&pool, nodeCond, agentCond, now); wait > 0 {
-		// A new pool whose agent has not taken its Lease yet: the agent has a Lease TTL to
-		// do so, as it has to renew it, before the controller writes anything. Its first
-		// status then comes with the Lease (and the agent's report), in one write.
+		// A new pool its agent has not reported yet: the agent has a Lease TTL to do so, as
+		// it has to renew its Lease, before the controller writes anything. The agent's
+		// report brings the pool back.
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if agentCond.Reason == v1alpha1.ReasonLeaseHolderMismatch.String() {
@@ -210,17 +210,17 @@ func (r *PoolReconciler) leaseEvents() handler.Funcs {
 }
 
 // newPoolGrace is how long the controller leaves a new pool's status unwritten: while the
-// pool is younger than the Lease TTL, its node exists, its Lease does not yet, and the
-// controller has written none of its conditions, the agent is on its way, as a Lease renewed
-// less than a TTL ago says it is alive. 0 means write now.
+// pool is younger than the Lease TTL, its node exists, and neither its agent nor the
+// controller has written any condition, with its Lease not there yet or renewed by its node,
+// the agent is on its way (as a Lease renewed less than a TTL ago says it is alive), and the
+// pool would only be shown Pending. Its first status then comes with the agent's report, in
+// one write. 0 means write now.
 func (r *PoolReconciler) newPoolGrace(pool *v1alpha1.SandboxPool, nodeCond, agentCond metav1.Condition, now time.Time) time.Duration {
-	if agentCond.Reason != v1alpha1.ReasonLeaseNotFound.String() || nodeCond.Status != metav1.ConditionFalse {
+	switch {
+	case nodeCond.Status != metav1.ConditionFalse,
+		agentCond.Reason != v1alpha1.ReasonLeaseNotFound.String() && agentCond.Reason != v1alpha1.ReasonLeaseRenewed.String(),
+		len(pool.Status.Conditions) > 0:
 		return 0
-	}
-	for _, t := range v1alpha1.ControllerConditions {
-		if meta.FindStatusCondition(pool.Status.Conditions, t.String()) != nil {
-			return 0
-		}
 	}
 	return pool.CreationTimestamp.Add(r.LeaseTTL).Sub(now)
 }

@@ -17,6 +17,10 @@ func TestNewPoolGrace(t *testing.T) {
 	nodeGone := metav1.Condition{Type: v1alpha1.ConditionNodeNotFound.String(), Status: metav1.ConditionTrue}
 	noLease := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy.String(), Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonLeaseNotFound.String()}
+	renewed := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy.String(), Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonLeaseRenewed.String()}
+	podStarting := metav1.Condition{Type: v1alpha1.ConditionPlaceholderPodReady.String(), Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonPodNotRunning.String()}
 	expired := metav1.Condition{Type: v1alpha1.ConditionPlaceholderAgentHealthy.String(), Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonLeaseExpired.String()}
 	pool := func(conds ...metav1.Condition) *v1alpha1.SandboxPool {
@@ -32,6 +36,8 @@ func TestNewPoolGrace(t *testing.T) {
 		want        time.Duration
 	}{
 		{"new pool, node there, no Lease yet: wait for the agent until the TTL", pool(), nodeExists, noLease, 5 * time.Second, ttl - 5*time.Second},
+		{"its Lease is there, the agent has not reported: wait for its report", pool(), nodeExists, renewed, 5 * time.Second, ttl - 5*time.Second},
+		{"the agent has reported: written now", pool(podStarting), nodeExists, renewed, 5 * time.Second, 0},
 		{"the TTL has passed: Pending now", pool(), nodeExists, noLease, ttl, 0},
 		{"no node: Unready now", pool(), nodeGone, noLease, time.Second, 0},
 		{"a Lease that expired: written now", pool(), nodeExists, expired, time.Second, 0},
