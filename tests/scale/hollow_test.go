@@ -99,7 +99,12 @@ func TestHollowNodes(t *testing.T) {
 	}
 	type write struct{ user, what string }
 	seen := map[write]bool{}
+	var firstPool []string
 	for _, ev := range events {
+		if ev.ObjectRef.Name == "placeholder-"+c.names[0] && ev.ObjectRef.Resource == "sandboxpools" {
+			firstPool = append(firstPool, fmt.Sprintf("%s %s/%s by %s (%d)", ev.StageTimestamp.Format("15:04:05.000"), ev.Verb,
+				ev.ObjectRef.Subresource, ev.User.Username, ev.ResponseStatus.Code))
+		}
 		if ev.User.Username == "hollow-nodes-reader" {
 			t.Errorf("the fleet's shared reader wrote: %s %s %s/%s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Namespace, ev.ObjectRef.Name)
 		}
@@ -112,6 +117,7 @@ func TestHollowNodes(t *testing.T) {
 		}
 		seen[write{ev.User.Username, ev.ObjectRef.Namespace + " " + what}] = true
 	}
+	t.Logf("the writes of pool placeholder-%s:\n%s", c.names[0], strings.Join(firstPool, "\n"))
 	for _, node := range c.names {
 		nodeUser := "system:node:" + node
 		leaseUser := "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix + node
