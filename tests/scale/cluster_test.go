@@ -23,8 +23,8 @@ import (
 )
 
 // hollowCluster is a real etcd + kube-apiserver with the API server's own node admission
-// (the Node authorizer, NodeRestriction), deploy/'s RBAC and admission policies, the
-// webhook as its own process, N Node objects, and every node's identities: its own
+// (the Node authorizer, NodeRestriction), deploy/'s RBAC and admission policies (the nodes'
+// and the placeholder pods'), the webhook as its own process, N Node objects, and every node's identities: its own
 // (system:node:<name>, a static token) and its Lease identity (its service account, a token
 // bound to its Node). Each side of the comparison then starts its own hollow-nodes process
 // (startHollow) and its controller: kube-controller-manager (startKCM) or the SandboxPool
@@ -69,6 +69,11 @@ func newHollowCluster(t testing.TB, n int, o clusterOptions) *hollowCluster {
 	framework.Require(t, cp, err)
 	t.Cleanup(func() { _ = cp.Stop() })
 	e := setUpCluster(t, cp)
+	// The placeholder pods' policy holds the nodes to their own mirror pods: the hollow
+	// kubelet creates them as each node.
+	if err := cp.ApplyDeploy(context.Background(), "placeholder-pod-policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
 	cs, err := kubernetes.NewForConfig(e.cp.Config)
 	if err != nil {
 		t.Fatal(err)
