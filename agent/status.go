@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -93,6 +94,10 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 		// pass comes back when the pod starts, and reports then.
 		return nil
 	}
+	if midResize(prev.applied, &st) && midResize(agentFields(pool.Status), &st) {
+		// The resize the pool shows moves on without a fault: its progress is not news.
+		return nil
+	}
 	if !ssa.StatusChanged(prev.applied, &st, volatileStatusFields...) {
 		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
@@ -153,6 +158,42 @@ func onItsWay(pool *v1alpha1.SandboxPool, prev reportedStatus, st *v1alpha1.Sand
 		}
 	}
 	return true
+}
+
+// midResize reports whether shown (a status written before) and st both say that the same
+// resize moves without a fault: ResizeInProgress, to the same requested resources, the
+// placeholder pods ready, node-ctl answering, nothing deferred, ResourceSynced False only
+// because the pieces or node-ctl are on their way. Such a status is written as the resize
+// starts and again as it ends (or meets a fault), not at every step between (a piece added,
+// running, folded: a write each, which the phase never shows).
+func midResize(shown, st *v1alpha1.SandboxPoolStatus) bool {
+	moving := func(s *v1alpha1.SandboxPoolStatus) bool {
+		if s == nil || s.Resize == nil || s.Resize.Status != v1alpha1.ResizeInProgress {
+			return false
+		}
+		want := map[v1alpha1.ConditionType]metav1.ConditionStatus{
+			v1alpha1.ConditionResizeInProgress: metav1.ConditionTrue, v1alpha1.ConditionPlaceholderPodReady: metav1.ConditionTrue,
+			v1alpha1.ConditionNodeCtlHealthy: metav1.ConditionTrue, v1alpha1.ConditionResizeDeferred: metav1.ConditionFalse,
+			v1alpha1.ConditionResourceSynced: metav1.ConditionFalse,
+		}
+		for typ, status := range want {
+			c := meta.FindStatusCondition(s.Conditions, typ.String())
+			if c == nil || c.Status != status {
+				return false
+			}
+			if typ == v1alpha1.ConditionResourceSynced && c.Reason != v1alpha1.ReasonResizing.String() &&
+				c.Reason != v1alpha1.ReasonWaitingForKubelet.String() {
+				return false
+			}
+		}
+		return true
+	}
+	return moving(shown) && moving(st) && sameQuantity(shown.Resize.RequestedCPU, st.Resize.RequestedCPU) &&
+		sameQuantity(shown.Resize.RequestedMemory, st.Resize.RequestedMemory)
+}
+
+func sameQuantity(a, b *resource.Quantity) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && a.Cmp(*b) == 0)
 }
 
 // overrideStatus is status.override for the pool's spec.override (nil without one): the

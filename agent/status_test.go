@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -109,6 +111,48 @@ func TestOnItsWay(t *testing.T) {
 		st := &v1alpha1.SandboxPoolStatus{Conditions: c.conds}
 		if got := onItsWay(c.pool, c.prev, st, created.Add(c.at)); got != c.want {
 			t.Errorf("%s: onItsWay = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestMidResize(t *testing.T) {
+	cond := func(typ v1alpha1.ConditionType, s metav1.ConditionStatus, reason v1alpha1.ConditionReason) metav1.Condition {
+		return metav1.Condition{Type: typ.String(), Status: s, Reason: reason.String()}
+	}
+	two, three := resource.MustParse("2"), resource.MustParse("3")
+	moving := func(cpu resource.Quantity, change ...metav1.Condition) *v1alpha1.SandboxPoolStatus {
+		conds := []metav1.Condition{
+			cond(v1alpha1.ConditionResizeInProgress, metav1.ConditionTrue, v1alpha1.ReasonResizeInProgress),
+			cond(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionTrue, v1alpha1.ReasonPodsRunning),
+			cond(v1alpha1.ConditionNodeCtlHealthy, metav1.ConditionTrue, v1alpha1.ReasonNodeCtlHealthy),
+			cond(v1alpha1.ConditionResizeDeferred, metav1.ConditionFalse, v1alpha1.ReasonNoResize),
+			cond(v1alpha1.ConditionResourceSynced, metav1.ConditionFalse, v1alpha1.ReasonWaitingForKubelet),
+		}
+		for _, c := range change {
+			meta.SetStatusCondition(&conds, c)
+		}
+		return &v1alpha1.SandboxPoolStatus{Conditions: conds,
+			Resize: &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress, RequestedCPU: &cpu}}
+	}
+	done := moving(two, cond(v1alpha1.ConditionResizeInProgress, metav1.ConditionFalse, v1alpha1.ReasonNoResize),
+		cond(v1alpha1.ConditionResourceSynced, metav1.ConditionTrue, v1alpha1.ReasonSynced))
+	done.Resize.Status = v1alpha1.ResizeCompleted
+	for _, c := range []struct {
+		name      string
+		shown, st *v1alpha1.SandboxPoolStatus
+		want      bool
+	}{
+		{"a step of a resize that moves: not written", moving(two), moving(two, cond(v1alpha1.ConditionResourceSynced, metav1.ConditionFalse, v1alpha1.ReasonResizing)), true},
+		{"the resize starts: written", &v1alpha1.SandboxPoolStatus{}, moving(two), false},
+		{"it ends: written", moving(two), done, false},
+		{"a new target mid-resize: written", moving(two), moving(three), false},
+		{"a placeholder pod broke: written", moving(two), moving(two, cond(v1alpha1.ConditionPlaceholderPodReady, metav1.ConditionFalse, v1alpha1.ReasonShimExited)), false},
+		{"node-ctl refused: written", moving(two), moving(two, cond(v1alpha1.ConditionResourceSynced, metav1.ConditionFalse, v1alpha1.ReasonNodeCtlRejected)), false},
+		{"deferred: written", moving(two), moving(two, cond(v1alpha1.ConditionResizeDeferred, metav1.ConditionTrue, v1alpha1.ReasonResizeDeferred)), false},
+		{"nothing written before: written", nil, moving(two), false},
+	} {
+		if got := midResize(c.shown, c.st); got != c.want {
+			t.Errorf("%s: midResize = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
