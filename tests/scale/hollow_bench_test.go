@@ -86,6 +86,8 @@ type scaleRun struct {
 	steadyWindow             time.Duration
 	hollowWorkers            int
 	dsRolloutSurge           string
+	// log is where each phase's FIGURE line goes as the phase ends.
+	log testing.TB
 }
 
 func durationEnv(t testing.TB, name string, def time.Duration) time.Duration {
@@ -131,16 +133,13 @@ func TestHollowScale(t *testing.T) {
 	}
 	r := &scaleRun{n: n, lost: max(n/100, 1), began: time.Now(), load: loadAvg(), commit: os.Getenv("SANDBOXPOOL_COMMIT"),
 		steady: map[string]cost{}, renew: renewInterval, ttl: leaseTTL, steadyWindow: durationEnv(t, hollowSteadyEnv, time.Minute),
-		hollowWorkers: 64, dsRolloutSurge: "100%"}
+		hollowWorkers: 64, dsRolloutSurge: "100%", log: t}
 	limit := durationEnv(t, hollowLimitEnv, 10*time.Minute)
 	c := newHollowCluster(t, n, clusterOptions{})
 	t.Logf("FIGURE setup: %d nodes, identities, webhook in %s", n, time.Since(r.began).Round(time.Second))
 	runDaemonSetSide(t, c, r, limit)
 	runPoolSide(t, c, r, limit)
 	r.wall = time.Since(r.began)
-	for _, p := range r.phases {
-		t.Logf("FIGURE %s", p.line(r))
-	}
 	t.Logf("FIGURE hollow-scale total wall time %s at %d nodes", r.wall.Round(time.Second), n)
 	if dir := os.Getenv(hollowReportEnv); dir != "" {
 		if err := writeScaleReport(dir, r); err != nil {
@@ -271,8 +270,14 @@ func runPoolSide(t *testing.T, c *hollowCluster, r *scaleRun, limit time.Duratio
 	create.marks = append(create.marks, mark{"all pools exist", existed})
 	r.add(create)
 	r.addSteady(sidePool, p.timed(sidePool, n, r.steadyWindow))
+	prev := create
 	for _, step := range []struct{ name, cpu string }{{"up", cpuUp}, {"down", cpuBase}} {
-		r.add(p.run(sidePool, "change-"+step.name, fmt.Sprintf("class cpu %s → all pools hold it", step.cpu), n, func() {
+		if !prev.reached {
+			// A phase that did not end leaves the next with nothing to measure from.
+			r.notes = append(r.notes, fmt.Sprintf("%s %s did not end within %s: change-%s left out", prev.side, prev.name, limit, step.name))
+			continue
+		}
+		prev = p.run(sidePool, "change-"+step.name, fmt.Sprintf("class cpu %s → all pools hold it", step.cpu), n, func() {
 			patch := fmt.Sprintf(`{"spec":{"resourcePolicy":{"resources":{"cpu":%q}}}}`, step.cpu)
 			if err := c.e.admin.Patch(ctx, class, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 				t.Fatal(err)
@@ -280,7 +285,8 @@ func runPoolSide(t *testing.T, c *hollowCluster, r *scaleRun, limit time.Duratio
 		}, func() string {
 			k, _ := obs.poolsWhere(func(pool *v1alpha1.SandboxPool) bool { return applied(pool, step.cpu) })
 			return unless(k == n, "%d of %d pools hold cpu %s", k, n, step.cpu)
-		}))
+		})
+		r.add(prev)
 	}
 	lostPool := map[string]bool{}
 	for _, node := range lost {
@@ -366,7 +372,12 @@ func benchDaemonSet(surge string) *appsv1.DaemonSet {
 	}
 }
 
-func (r *scaleRun) add(p *phaseResult) { r.phases = append(r.phases, p) }
+func (r *scaleRun) add(p *phaseResult) {
+	r.phases = append(r.phases, p)
+	if r.log != nil {
+		r.log.Logf("FIGURE %s", p.line(r))
+	}
+}
 
 func (r *scaleRun) addSteady(side string, p *phaseResult) {
 	r.steady[side] = p.cost
@@ -397,8 +408,12 @@ func (p *phaseResult) line(r *scaleRun) string {
 	for _, k := range byCount(c.requests) {
 		parts = append(parts, fmt.Sprintf("%s=%s", k, perNode(c.requests[k], p.nodes)))
 	}
-	return fmt.Sprintf("%s %s (%s): %s%s, per node: requests %s (%s), kube-apiserver cpu %.1f ms, etcd WAL %.0f B, watch events %s",
-		p.side, p.name, p.what, c.took.Round(100*time.Millisecond), map[bool]string{true: "", false: " (NOT REACHED)"}[p.reached],
+	var marks []string
+	for _, m := range p.marks {
+		marks = append(marks, fmt.Sprintf("; %s after %s", m.what, m.at.Round(100*time.Millisecond)))
+	}
+	return fmt.Sprintf("%s %s (%s): %s%s%s, per node: requests %s (%s), kube-apiserver cpu %.1f ms, etcd WAL %.0f B, watch events %s",
+		p.side, p.name, p.what, c.took.Round(100*time.Millisecond), map[bool]string{true: "", false: " (NOT REACHED)"}[p.reached], strings.Join(marks, ""),
 		perNode(total(c.requests, nil), p.nodes), strings.Join(parts, " "),
 		float64(c.cpu["kube-apiserver"].Microseconds())/1000/float64(p.nodes), c.etcdBytes/float64(p.nodes),
 		perNode(total(c.watch, nil), p.nodes))
