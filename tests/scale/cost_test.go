@@ -99,10 +99,10 @@ func eachSample(text string, fn func(name string, labels map[string]string, v fl
 		if err != nil {
 			continue
 		}
-		head := line[:i]
-		name, labels := head, map[string]string{}
-		if j := strings.IndexByte(head, '{'); j >= 0 {
-			name, labels = head[:j], promLabels(strings.TrimSuffix(head[j+1:], "}"))
+		name, rest, hasLabels := strings.Cut(line[:i], "{")
+		labels := map[string]string{}
+		if hasLabels {
+			labels = promLabels(strings.TrimSuffix(rest, "}"))
 		}
 		fn(name, labels, v)
 	}
@@ -158,9 +158,6 @@ func total(m map[string]float64, keep func(string) bool) float64 {
 
 // renewal is the key of the agents' Lease renewals, the steady state's one request.
 const renewal = "PUT leases"
-
-// notRenewal keeps every request but the Lease renewals.
-func notRenewal(k string) bool { return k != renewal }
 
 // beyond is c less rate (a steady state's cost per second) over c's duration: the phase's
 // own cost beyond what the cluster pays at rest anyway.

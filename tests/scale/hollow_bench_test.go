@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -218,7 +219,7 @@ func runDaemonSetSide(t *testing.T, c *hollowCluster, r *scaleRun, limit time.Du
 		k, all := obs.podsWhere(ready("2"))
 		return unless(k == n && all == n, "%d of %d new pods Ready (%d pods)", k, n, all)
 	}))
-	onLost := func(pod *corev1.Pod) bool { return slicesContains(lost, pod.Spec.NodeName) }
+	onLost := func(pod *corev1.Pod) bool { return slices.Contains(lost, pod.Spec.NodeName) }
 	r.add(p.run(sideDS, "loss", fmt.Sprintf("%d nodes lost → their pods gone", len(lost)), len(lost), func() {
 		nodesDo(t, ctl, hollow.StopPath, lost)
 		c.deleteNodes(t, lost)
@@ -390,15 +391,6 @@ func unless(ok bool, format string, args ...any) string {
 		return ""
 	}
 	return fmt.Sprintf(format, args...)
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // line is the phase as a FIGURE line.

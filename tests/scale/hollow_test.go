@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -216,21 +215,6 @@ func countPhase(ctx context.Context, e *env, phase v1alpha1.SandboxPoolPhase) (i
 		}
 	}
 	return by[phase], fmt.Sprintf("%d pools by phase: %v; %s", len(pools.Items), by, example)
-}
-
-// unhealthyPools are the pools whose PlaceholderAgentHealthy is False.
-func unhealthyPools(ctx context.Context, e *env) map[string]bool {
-	var pools v1alpha1.SandboxPoolList
-	out := map[string]bool{}
-	if err := e.admin.List(ctx, &pools); err != nil {
-		return out
-	}
-	for _, p := range pools.Items {
-		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
-			out[p.Name] = true
-		}
-	}
-	return out
 }
 
 // fairUser returns a client configuration for name in groups, bound to cluster-admin, so
