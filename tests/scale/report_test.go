@@ -145,6 +145,10 @@ func renderSection(r *scaleRun) string {
 		"![requests](bench/scale-requests.png) ![cpu](bench/scale-cpu.png)\n\n")
 	for _, p := range r.phases {
 		for _, m := range p.marks {
+			if m.at <= 0 {
+				fmt.Fprintf(&b, "- %s %s: not within the phase.\n", p.side, m.what)
+				continue
+			}
 			fmt.Fprintf(&b, "- %s %s: %s after it began.\n", p.side, m.what, d(m.at))
 		}
 	}
