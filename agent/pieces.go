@@ -22,6 +22,10 @@ import (
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
+// rejectionCheckAfter is how long after a piece's file was written its rejection is first
+// looked for in kubelet's events.
+const rejectionCheckAfter = pendingRecheck
+
 // kubeletComponent is the source of kubelet's events.
 const kubeletComponent = "kubelet"
 
@@ -161,6 +165,12 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 		pc.State, pc.Unseen = pieceRunning, true
 	default:
 		pc.State = piecePending
+		// kubelet refuses a static pod as it reads its file: a pass right after the write
+		// finds no word of it either way (a request for nothing at every new piece). A
+		// piece still pending is looked at on the pass after (pendingRecheck).
+		if now.Sub(f.ModTime) < rejectionCheckAfter {
+			break
+		}
 		if reason, ok := a.kubeletEvent(ctx, name, f, admissionRejection); ok {
 			pc.State, pc.Reason = pieceRejected, reason
 		}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -87,6 +89,15 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	}
 	st.Conditions = a.conditions(pool, ps)
 
+	if onItsWay(pool, prev, &st, a.opts.Clock.Now()) {
+		// Nothing to tell yet that the pool's phase would show (Pending either way); the
+		// pass comes back when the pod starts, and reports then.
+		return nil
+	}
+	if midResize(prev.applied, &st) && midResize(agentFields(pool.Status), &st) {
+		// The resize the pool shows moves on without a fault: its progress is not news.
+		return nil
+	}
 	if !ssa.StatusChanged(prev.applied, &st, volatileStatusFields...) {
 		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
@@ -114,6 +125,75 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	a.mu.Unlock()
 	logf.FromContext(ctx).V(1).Info("status applied")
 	return nil
+}
+
+// firstReportGrace is how long a new pool's first status may wait for its placeholder pod
+// to start (onItsWay).
+const firstReportGrace = 30 * time.Second
+
+// onItsWay reports whether st, the agent's first status for a pool that has none from any
+// agent, may be left unwritten: the pool is younger than firstReportGrace, and st says only
+// that its placeholder pod has not started yet, with node-ctl answering and nothing
+// deferred or refused. The controller shows such a pool Pending with or without it, and a
+// first status that waits for the pod carries it Ready in one write instead of two. A pool
+// still on its way after the grace is reported as it is.
+func onItsWay(pool *v1alpha1.SandboxPool, prev reportedStatus, st *v1alpha1.SandboxPoolStatus, now time.Time) bool {
+	if prev.applied != nil || len(agentFields(pool.Status).Conditions) > 0 || now.Sub(pool.CreationTimestamp.Time) >= firstReportGrace {
+		return false
+	}
+	for _, c := range st.Conditions {
+		switch v1alpha1.ConditionType(c.Type) {
+		case v1alpha1.ConditionPlaceholderPodReady:
+			if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonPodNotRunning.String() {
+				return false
+			}
+		case v1alpha1.ConditionNodeCtlHealthy:
+			if c.Status != metav1.ConditionTrue {
+				return false
+			}
+		case v1alpha1.ConditionResizeDeferred:
+			if c.Status != metav1.ConditionFalse {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// midResize reports whether shown (a status written before) and st both say that the same
+// resize moves without a fault: ResizeInProgress, to the same requested resources, the
+// placeholder pods ready, node-ctl answering, nothing deferred, ResourceSynced False only
+// because the pieces or node-ctl are on their way. Such a status is written as the resize
+// starts and again as it ends (or meets a fault), not at every step between (a piece added,
+// running, folded: a write each, which the phase never shows).
+func midResize(shown, st *v1alpha1.SandboxPoolStatus) bool {
+	moving := func(s *v1alpha1.SandboxPoolStatus) bool {
+		if s == nil || s.Resize == nil || s.Resize.Status != v1alpha1.ResizeInProgress {
+			return false
+		}
+		want := map[v1alpha1.ConditionType]metav1.ConditionStatus{
+			v1alpha1.ConditionResizeInProgress: metav1.ConditionTrue, v1alpha1.ConditionPlaceholderPodReady: metav1.ConditionTrue,
+			v1alpha1.ConditionNodeCtlHealthy: metav1.ConditionTrue, v1alpha1.ConditionResizeDeferred: metav1.ConditionFalse,
+			v1alpha1.ConditionResourceSynced: metav1.ConditionFalse,
+		}
+		for typ, status := range want {
+			c := meta.FindStatusCondition(s.Conditions, typ.String())
+			if c == nil || c.Status != status {
+				return false
+			}
+			if typ == v1alpha1.ConditionResourceSynced && c.Reason != v1alpha1.ReasonResizing.String() &&
+				c.Reason != v1alpha1.ReasonWaitingForKubelet.String() {
+				return false
+			}
+		}
+		return true
+	}
+	return moving(shown) && moving(st) && sameQuantity(shown.Resize.RequestedCPU, st.Resize.RequestedCPU) &&
+		sameQuantity(shown.Resize.RequestedMemory, st.Resize.RequestedMemory)
+}
+
+func sameQuantity(a, b *resource.Quantity) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && a.Cmp(*b) == 0)
 }
 
 // overrideStatus is status.override for the pool's spec.override (nil without one): the

@@ -171,9 +171,10 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	agentReports(t, name, metav1.ConditionTrue)
 	waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
-	p = waitFor(t, name, "ever-ready recorded", 10*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return p.Annotations[v1alpha1.AnnotationEverReady] == "true"
-	})
+	p = waitFor(t, name, "Ready", 10*time.Second, func(p *v1alpha1.SandboxPool) bool { return p.Status.Phase == v1alpha1.PhaseReady })
+	if p.Annotations[v1alpha1.AnnotationEverReady] != "" {
+		t.Errorf("ever-ready written while the pool is Ready (its phase says so): a write per pool a fan-out does not need")
+	}
 
 	// At rest, renewals of a healthy pool are not reconciled one by one (the pass that saw
 	// it healthy requeued it for its Lease's expiry, and that pass reads the newest
@@ -213,8 +214,11 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 
 	// The pod goes away after the pool had been Ready: Unready, not Pending.
 	agentReports(t, name, metav1.ConditionFalse)
-	waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
+	p = waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseExpired"))
+	if p.Annotations[v1alpha1.AnnotationEverReady] != "true" {
+		t.Errorf("the pool left Ready without its ever-ready marker: %v", p.Annotations)
+	}
 
 	// Node deletion while the agent is healthy and the pod ready: Ready → Unready.
 	renewLease(t, name)
@@ -281,4 +285,23 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 	renewLease(t, name)
 	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
+}
+
+// TestNewPoolWithoutAgent: a new pool on a node whose agent never takes its Lease is left
+// unwritten for the Lease TTL (its agent may be on its way), then Pending with LeaseNotFound.
+func TestNewPoolWithoutAgent(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	const node = "op-node-no-agent"
+	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	pool := wrappers.MakePool(node).Class("c1").Resources("1", "1Gi").Obj()
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, wrappers.MakePool(node).Class("c1").Resources("1", "1Gi").Obj()) })
+	waitFor(t, naming.PoolName(node), "no agent within the Lease TTL → Pending", leaseTTL+10*time.Second,
+		phaseIs(v1alpha1.PhasePending, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseNotFound"))
 }
