@@ -352,7 +352,7 @@ func (p *lockPlan) replace(in lockInput, want corev1.ResourceList, t pieceTally)
 	if in.Backoff && in.Unrunnable != "" {
 		return // the last piece of this spec could not be run: the next one waits for the backoff
 	}
-	if !surplus && !stale && !slices.ContainsFunc(t.live, lendsCPUWeight) {
+	if !surplus && !stale {
 		if in.Room.fits(want) {
 			p.Add = &newPiece{Number: in.NextPiece, Res: want}
 		}
@@ -360,9 +360,6 @@ func (p *lockPlan) replace(in lockInput, want corev1.ResourceList, t pieceTally)
 		p.Synced = p.Add == nil && p.synced(in, t.lock) && len(t.unrunnable) == 0
 		return
 	}
-	// A fold of a piece that lends its cpu weight to the Burstable pods does not wait: with
-	// no room for a second copy, the pieces are swapped for one; the sum is the same, so the
-	// node that admitted them admits it.
 	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
 		// Pieces removed a moment ago still count until kubelet has deleted their mirror
 		// pods; without them the node has room to replace the lock without a gap.
@@ -416,16 +413,6 @@ func (p *lockPlan) removeSpare(want corev1.ResourceList, t pieceTally) bool {
 		}
 	}
 	return len(p.Remove) > 0
-}
-
-// lendsCPUWeight reports whether kubelet puts the piece in the Burstable tier with cpu
-// weight: a piece of cpu without memory (a growth of cpu alone) is not Guaranteed, so its
-// request joins the Burstable tier's cpu shares, which the Burstable pods use while it is
-// idle, at the expense of node-ctl's slice (docs/node-ctl-contract.md §8). A Guaranteed
-// piece's weight is its own idle cgroup's.
-func lendsCPUWeight(pc piece) bool {
-	cpu, mem := pc.Res[corev1.ResourceCPU], pc.Res[corev1.ResourceMemory]
-	return cpu.Sign() > 0 && mem.Sign() <= 0
 }
 
 // synced reports whether, with the pieces as they are, node-ctl and the lock hold exactly

@@ -164,22 +164,13 @@ func TestPlanLockSteps(t *testing.T) {
 					t.Errorf("a fold removes nothing before its piece runs: %+v", p)
 				}
 			}},
-		{"without room pieces that lend no cpu weight stay, and the pool is in sync",
-			lockInput{Desired: rl("1", "2Gi"), Applied: rl("1", "2Gi"), Room: roomFor(rl("100m", "1Gi")), NextPiece: 3,
-				Pieces: []piece{pc(1, pieceRunning, rl("1", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")})}},
+		{"without room the pieces stay, and the pool is in sync",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), Room: roomFor(rl("100m", "1Gi")), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
 			func(t *testing.T, p lockPlan) {
 				wantNoChange(t, p)
 				if !p.Synced {
 					t.Errorf("plan %+v, want synced", p)
-				}
-			}},
-		{"without room a piece of cpu alone, which lends its weight to the Burstable pods, is swapped with the others for one",
-			lockInput{Desired: rl("1", "1Gi"), Applied: rl("1", "1Gi"), Room: roomFor(rl("100m", "1Gi")), NextPiece: 3,
-				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})}},
-			func(t *testing.T, p lockPlan) {
-				wantAdd(t, p, 3, rl("1", "1Gi"))
-				if !p.RemoveFirst || !slices.Equal(p.Remove, []int{1, 2}) || p.Synced {
-					t.Errorf("plan %+v, want both pieces swapped for piece 3 and not synced yet", p)
 				}
 			}},
 		{"the replacement runs: the others go",

@@ -43,9 +43,7 @@ const (
 // thread more than the node has cores, a sandbox in node-ctl's slice that wants more than
 // the pool gets what a Guaranteed pod of the pool's size burning beside it gets (at least 95
 // % of it), and at least 95 % of the pool whenever that pod gets its own size; after a
-// growth of cpu alone on a node without room for a second copy of the lock, of the new size
-// (the slice's weight follows the lock, and the growth's piece, which kubelet would put in
-// the Burstable tier, lending its weight to the saturating pod, is folded at once).
+// growth, of the new size (the slice's weight follows the lock).
 //
 // The noise margin: the slice and the Guaranteed pod both weigh their requests in the pods'
 // root, so whatever the machine's other processes (another test package) take from the
@@ -63,7 +61,7 @@ func TestSliceGetsItsCPU(t *testing.T) {
 	const grown = "700m"
 	for _, size := range []string{baseCPU, grown} {
 		if size == grown {
-			growWithoutRoomToFold(t, size)
+			growAndFold(t, size)
 		}
 		pool := resource.MustParse(size)
 		anchor := guaranteedBurner(t, "guaranteed", wrappers.Resources(size, "32Mi"), cores)
@@ -72,19 +70,11 @@ func TestSliceGetsItsCPU(t *testing.T) {
 	}
 }
 
-// growWithoutRoomToFold grows the pool's cpu to size while a pod holds the room a second
-// copy of the grown lock would need, and waits until the lock is synced in Guaranteed
-// pieces only; then the pod goes.
-func growWithoutRoomToFold(t *testing.T, size string) {
+// growAndFold grows the pool's cpu to size on a node with room for a second copy of the
+// lock, and waits until the lock is synced in Guaranteed pieces only: the growth's piece, of
+// cpu alone, is folded into one piece of the whole size.
+func growAndFold(t *testing.T, size string) {
 	t.Helper()
-	free := free(t)[corev1.ResourceCPU]
-	grown := resource.MustParse(size)
-	hold := free.DeepCopy()
-	hold.Sub(grown) // what is free once the growth is in, less a second copy, less a little
-	hold.Sub(grown)
-	hold.Add(resource.MustParse(baseCPU))
-	hold.Add(resource.MustParse("100m"))
-	createRunning(t, regularPod("holder", corev1.ResourceList{corev1.ResourceCPU: hold, corev1.ResourceMemory: resource.MustParse("16Mi")}))
 	setClassResources(t, wrappers.Resources(size, baseMemory))
 	waitSynced(t, size, baseMemory, 2*time.Minute)
 	eventually(t, "the lock in Guaranteed pieces only", time.Minute, func() (bool, string) {
@@ -96,7 +86,6 @@ func growWithoutRoomToFold(t *testing.T, size string) {
 		}
 		return ok, strings.Join(qos, ", ")
 	})
-	deletePodNow(t, metav1.NamespaceDefault, "holder")
 }
 
 // The windows TestSliceGetsItsCPU measures: at least minWindows for the comparison with the
