@@ -61,6 +61,10 @@ type Agent struct {
 
 	// syncMu serialises sync passes: the reconciler's and the shim's Create.
 	syncMu sync.Mutex
+	// defaults is each pool's defaulted version (defaulted), guarded by syncMu;
+	// schemaEvaluations counts the CUE evaluations it did not save.
+	defaults          map[string]defaultedPool
+	schemaEvaluations int
 
 	mu sync.Mutex // guards the fields below
 	// nc is the last node-ctl poll.

@@ -246,20 +246,45 @@ func resourcesText(l corev1.ResourceList) string {
 	return strings.Join(parts, ", ")
 }
 
-// defaulted runs the pool through the compiled CUE schema, like the webhook does, and
-// returns it with every schema default filled in (the agent acts on the defaulted spec, so a
-// default is never restated in Go). On error it returns the pool unchanged.
+// defaulted runs the pool through the compiled CUE schema and returns it with every schema
+// default filled in (the agent acts on the defaulted spec, so a default is never restated in
+// Go). On error it returns the pool unchanged. The result for the pool's last
+// resourceVersion is kept: most passes (node-ctl's polls, renewals, kubelet's status
+// writes) see the pool unchanged, and a pass need not pay CUE's evaluation again for it.
+// Passes are serialised (syncMu), so the memo needs no lock of its own.
 func (a *Agent) defaulted(pool *v1alpha1.SandboxPool) (*v1alpha1.SandboxPool, error) {
+	key := defaultedKey{uid: pool.UID, resourceVersion: pool.ResourceVersion}
+	if m, ok := a.defaults[pool.Name]; ok && key.resourceVersion != "" && m.key == key {
+		return m.pool.DeepCopy(), nil
+	}
 	p := pool.DeepCopy()
 	p.APIVersion, p.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.KindSandboxPool
 	p.ManagedFields = nil
+	a.schemaEvaluations++
 	d, err := schema.DefaultAs(a.schema, schema.KindSandboxPool, p)
 	if err != nil {
+		delete(a.defaults, pool.Name)
 		return pool, err
 	}
 	// The schema covers what users write; keep the server's metadata as it is.
 	d.ObjectMeta = pool.ObjectMeta
+	if a.defaults == nil {
+		a.defaults = map[string]defaultedPool{}
+	}
+	a.defaults[pool.Name] = defaultedPool{key: key, pool: d.DeepCopy()}
 	return d, nil
+}
+
+// defaultedKey names one stored version of a pool.
+type defaultedKey struct {
+	uid             types.UID
+	resourceVersion string
+}
+
+// defaultedPool is the defaulted pool of one stored version.
+type defaultedPool struct {
+	key  defaultedKey
+	pool *v1alpha1.SandboxPool
 }
 
 // effectiveResources is the override's policy when enabled, else the class snapshot.
@@ -329,6 +354,7 @@ func (a *Agent) poolGone(ctx context.Context, name string, uid types.UID) error 
 		return fmt.Errorf("removing the manifests of %s: %w", name, err)
 	}
 	a.forgetShims(name)
+	delete(a.defaults, name)
 	a.mu.Lock()
 	delete(a.poolStates, name)
 	a.mu.Unlock()
