@@ -190,7 +190,7 @@ test-e2e: tools images images-b ## The end-to-end layer: tests/e2e on a one-node
 	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) $(E2E_PKGS)
 
 .PHONY: bench
-bench: bench-scale bench-delivery ## The scale proof (hollow nodes, ~40 min) and the slice's delivery (~5 min): prints their tables; the scale proof writes docs/benchmarks.md and docs/bench/*.png.
+bench: bench-scale bench-delivery ## The scale proof (hollow nodes, ~40 min) and the slice's delivery (~5 min): prints their tables; the scale proof writes docs/benchmarks-log.md and docs/bench/*.png.
 
 .PHONY: bench-all
 bench-all: bench-components bench-scale bench-lease-load ## Every benchmark below (~40 min; figures in docs/benchmarks.md).
@@ -243,7 +243,7 @@ bench-operator: tools ## Fan-out vs a plain create loop, controller CPU/RSS, pha
 	$(TEST_ENV) SANDBOXPOOL_BENCH=1 SANDBOXPOOL_BENCH_SIZES=$(BENCH_SIZES) $(GO) test -count=1 -v -timeout 60m \
 		-run TestOperatorScale ./tests/scale/ | tee _output/bench-operator.txt | grep -E 'FIGURE|^(---|ok|FAIL)'
 
-# The hollow-node comparison (tests/scale, docs/benchmarks.md): HOLLOW_NODES nodes in one run,
+# The hollow-node comparison (tests/scale, docs/benchmarks-log.md): HOLLOW_NODES nodes in one run,
 # a DaemonSet's phases then a class's, each HOLLOW_STEADY at rest, a phase given up after
 # HOLLOW_LIMIT.
 HOLLOW_NODES  ?= 5000
@@ -251,7 +251,7 @@ HOLLOW_STEADY ?= 1m
 HOLLOW_LIMIT  ?= 10m
 
 .PHONY: bench-scale
-bench-scale: tools $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) ## HOLLOW_NODES hollow nodes (each its own identity) side by side with a DaemonSet: fan-out, steady state, policy change, node loss, deletion; writes docs/benchmarks.md and docs/bench/*.png (~40 min at 5,000).
+bench-scale: tools $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) ## HOLLOW_NODES hollow nodes (each its own identity) side by side with a DaemonSet: fan-out, steady state, policy change, node loss, deletion; writes docs/benchmarks-log.md and docs/bench/*.png (~40 min at 5,000).
 	@mkdir -p _output
 	$(BENCH_UPTIME) _output/bench-scale.txt
 	$(TEST_ENV) SANDBOXPOOL_BENCH=1 SANDBOXPOOL_HOLLOW_NODES=$(HOLLOW_NODES) SANDBOXPOOL_HOLLOW_STEADY=$(HOLLOW_STEADY) \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # schema-variants.sh: what the CUE schema's alternatives and string checks cost when it
-# validates and defaults a new object (docs/benchmarks.md, the policy layer). It runs
+# validates and defaults a new object (docs/benchmarks-log.md, the policy layer). It runs
 # schema's BenchmarkDefault on the schema as it is and on three variants that each drop
 # more of what a cheaper schema would have to give up, and restores the schema after:
 #   v1  no error("...") alternatives (the messages the corpus checks are lost)

@@ -192,7 +192,7 @@ func TestCapacityMetrics(t *testing.T) {
 }
 
 // BenchmarkClassCapacity: what summing a class's pools costs each class pass, by pool count
-// (docs/benchmarks.md, "Class capacity").
+// (docs/benchmarks-log.md, "Capacity").
 func BenchmarkClassCapacity(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		pools := make([]*v1alpha1.SandboxPool, n)

@@ -91,7 +91,7 @@ func BenchmarkEvaluate(b *testing.B) {
 }
 
 // BenchmarkRuleCost measures what OPA charges for each rule a decision reads, the unit the
-// admission bundle is written to spend sparingly (docs/benchmarks.md, the policy layer): a
+// admission bundle is written to spend sparingly (docs/benchmarks-log.md, the policy layer): a
 // policy that reads no rule, the same policy reading ten constants, and reading ten rules
 // with a body, each evaluated on the agent's status write. The differences are the cost of
 // ten rule evaluations; the first is the floor of any decision (the input and the query).

@@ -31,7 +31,7 @@ const (
 	hollowNodesEnv  = "SANDBOXPOOL_HOLLOW_NODES"  // how many hollow nodes, default 5000
 	hollowSteadyEnv = "SANDBOXPOOL_HOLLOW_STEADY" // each side's steady-state window, default 1m
 	hollowLimitEnv  = "SANDBOXPOOL_HOLLOW_LIMIT"  // per-phase deadline, default 10m
-	hollowReportEnv = "SANDBOXPOOL_HOLLOW_REPORT" // where the figures go (docs/benchmarks.md section, PNGs), default none
+	hollowReportEnv = "SANDBOXPOOL_HOLLOW_REPORT" // where the figures go (docs/benchmarks-log.md section, PNGs), default none
 )
 
 const (

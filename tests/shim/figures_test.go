@@ -21,7 +21,7 @@ const FiguresEnv = "SANDBOXPOOL_SHIM_FIGURES"
 // figurePods is how many pods (and ctr tasks) each figure is taken over.
 const figurePods = 50
 
-// TestShimFigures measures the figures of docs/benchmarks.md ("Placeholder shim"): ctr run
+// TestShimFigures measures the figures of docs/benchmarks-log.md ("Placeholder shim"): ctr run
 // to RUNNING, CRI RunPodSandbox+CreateContainer+StartContainer, and the shim's memory per
 // pod with 50 pods, beside runc's shim for the same pause pod when runc is installed. It
 // prints a table and writes it to _output/shim-figures.md. Nothing is asserted about time.
@@ -30,7 +30,7 @@ const figurePods = 50
 //	  SANDBOXPOOL_SHIM_FIGURES=1 go test -count=1 -run TestShimFigures -v -timeout 30m ./tests/shim/
 func TestShimFigures(t *testing.T) {
 	if os.Getenv(FiguresEnv) == "" {
-		t.Skip(FiguresEnv + " is not set: the figures are taken on request, see docs/benchmarks.md")
+		t.Skip(FiguresEnv + " is not set: the figures are taken on request, see docs/benchmarks-log.md")
 	}
 	e := setUp(t)
 	rt, _ := e.ctd.CRI(t)
