@@ -39,14 +39,7 @@ func BenchmarkNodePoliciesThroughAPIServer(b *testing.B) {
 	ctx := context.Background()
 	// The Lease node-a's agent renews.
 	leases := ids[leaseA].kube.CoordinationV1().Leases(leaseNS)
-	l, err := leases.Get(ctx, poolA, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		l, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: poolA},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(nodeA), LeaseDurationSeconds: ptr.To(int32(40))}}, metav1.CreateOptions{})
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := nodeALease(ctx, b)
 	// node-a's mirror pod, as its kubelet creates it.
 	pods := ids[nodeA].kube.CoreV1().Pods(v1alpha1.DefaultPodNamespace)
 	// (The Node authorizer lets a node read only pods that exist and are bound to it.)

@@ -27,27 +27,11 @@ import (
 // for it (TokenRequest, valid for an hour): the real service-account identity, groups
 // system:serviceaccounts and system:serviceaccounts:<namespace> included.
 func (c *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
-	kube, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return nil, err
-	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating service account %s/%s: %w", namespace, name, err)
-	}
-	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("requesting a token for %s/%s: %w", namespace, name, err)
-	}
-	cfg := rest.AnonymousClientConfig(c.Config)
-	cfg.BearerToken = tr.Status.Token
-	return cfg, nil
+	return c.ServiceAccountConfigBoundTo(ctx, namespace, name, nil)
 }
 
 // ServiceAccountConfigBoundTo is ServiceAccountConfig with a token bound to ref (a Node, a
-// Pod, a Secret: TokenRequest's boundObjectRef), valid for an hour: the API server stops
+// Pod, a Secret: TokenRequest's boundObjectRef; nil for none), valid for an hour: the API server stops
 // accepting it once that object is deleted, and carries its name in the identity (for a
 // Node, user info extra authentication.kubernetes.io/node-name).
 func (c *ControlPlane) ServiceAccountConfigBoundTo(ctx context.Context, namespace, name string, ref *authenticationv1.BoundObjectReference) (*rest.Config, error) {
@@ -62,8 +46,11 @@ func (c *ControlPlane) ServiceAccountConfigBoundTo(ctx context.Context, namespac
 	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600)), BoundObjectRef: ref},
 	}, metav1.CreateOptions{})
-	if err != nil {
+	if err != nil && ref != nil {
 		return nil, fmt.Errorf("requesting a token for %s/%s bound to %s %s: %w", namespace, name, ref.Kind, ref.Name, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("requesting a token for %s/%s: %w", namespace, name, err)
 	}
 	cfg := rest.AnonymousClientConfig(c.Config)
 	cfg.BearerToken = tr.Status.Token

@@ -2,7 +2,6 @@ package scale
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -249,14 +248,5 @@ func (o ownShare) minus(b ownShare) ownShare {
 
 // perNode formats x / n with a precision that suits it.
 func perNode(x float64, n int) string {
-	v := x / float64(n)
-	switch {
-	case v == 0:
-		return "0"
-	case v < 0.1:
-		return fmt.Sprintf("%.3f", v)
-	case v < 10:
-		return fmt.Sprintf("%.2f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
+	return num(x / float64(n))
 }
