@@ -24,9 +24,9 @@ const DeliveryFiguresEnv = "SANDBOXPOOL_DELIVERY_FIGURES"
 const deliveryRuns = 6
 
 // TestDeliveryFigures measures what the pool's slice delivers on the real one-node stack,
-// side by side in one run with what a Guaranteed pod of the same size gets and with the
-// slice beside the pods' root (where node-ctl's cgroup was before the slice moved below
-// it), and prints FIGURE lines:
+// side by side in one run with what a Guaranteed pod of the same size gets (cpu: in the
+// same windows) and with the slice beside the pods' root (where node-ctl's cgroup was before
+// the slice moved below it), and prints FIGURE lines:
 //
 //   - cpu: the cpu a process that wants more than the pool gets while a Burstable pod
 //     (request 100m, no limit) burns more cores than the node has;
@@ -62,19 +62,18 @@ func TestDeliveryFigures(t *testing.T) {
 
 	t.Run("cpu", func(t *testing.T) {
 		sat := saturate(t, "saturator", cores+1)
+		// The anchor burns in the same windows as each arrangement: what the machine's
+		// other work takes from the pods' root is taken from both alike.
+		anchor := guaranteedBurner(t, "guaranteed", pool, cores)
 		for _, a := range []struct{ name, cgroup string }{
 			{"the slice (node-ctl's cgroup below the pods' root)", s.NodeCtlCgroup},
 			{"the slice beside the pods' root", beside},
 		} {
 			b := nodectltest.StartBurner(t, a.cgroup, cores)
-			cpuFigure(t, a.name, pool, b.CPUTime, sat.cpuTime)
+			cpuFigure(t, a.name, pool, b.CPUTime, anchor.cpuTime, sat.cpuTime)
 			b.Stop()
 		}
-		g := loadPod("guaranteed", corev1.ResourceRequirements{Requests: pool, Limits: pool}, "cpu", strconv.Itoa(cores))
-		createRunning(t, g)
-		gp := getPod(t, g.Namespace, g.Name)
-		cpuFigure(t, "a Guaranteed pod of the pool's size", pool, func() (time.Duration, error) { return podCPUTime(gp) }, sat.cpuTime)
-		deletePodNow(t, g.Namespace, g.Name)
+		deletePodNow(t, anchor.pod.Namespace, anchor.pod.Name)
 	})
 
 	t.Run("memory", func(t *testing.T) {
@@ -108,20 +107,22 @@ func TestDeliveryFigures(t *testing.T) {
 }
 
 // cpuFigure measures deliveryRuns windows and prints the median and the least the sandbox
-// got, as millicores and as a share of the pool, beside what the saturating pod got.
-func cpuFigure(t *testing.T, name string, pool corev1.ResourceList, sandbox, saturator func() (time.Duration, error)) {
+// got, as millicores and as a share of the pool, beside what the Guaranteed pod of the
+// pool's size (the anchor) and the saturating pod got in the same windows.
+func cpuFigure(t *testing.T, name string, pool corev1.ResourceList, sandbox, anchor, saturator func() (time.Duration, error)) {
 	t.Helper()
-	var got, sat []int64
+	var got, anc, sat []int64
 	for range deliveryRuns {
-		m := measureCPU(t, cpuWindow, sandbox, saturator)
-		got, sat = append(got, m[0]), append(sat, m[1])
+		m := measureCPU(t, cpuWindow, sandbox, anchor, saturator)
+		got, anc, sat = append(got, m[0]), append(anc, m[1]), append(sat, m[2])
 	}
-	slices.Sort(got)
-	slices.Sort(sat)
+	for _, l := range [][]int64{got, anc, sat} {
+		slices.Sort(l)
+	}
 	p := pool.Cpu().MilliValue()
 	share := func(m int64) string { return fmt.Sprintf("%.1f %%", 100*float64(m)/float64(p)) }
-	t.Logf("FIGURE cpu under saturation | %s | pool %dm | median %dm (%s) | least %dm (%s) | the saturating pod, median %dm | %d windows of %s",
-		name, p, got[len(got)/2], share(got[len(got)/2]), got[0], share(got[0]), sat[len(sat)/2], len(got), cpuWindow)
+	t.Logf("FIGURE cpu under saturation | %s | pool %dm | median %dm (%s) | least %dm (%s) | the Guaranteed pod in the same windows, median %dm (%s), least %dm | the saturating pod, median %dm | %d windows of %s",
+		name, p, got[len(got)/2], share(got[len(got)/2]), got[0], share(got[0]), anc[len(anc)/2], share(anc[len(anc)/2]), anc[0], sat[len(sat)/2], len(got), cpuWindow)
 }
 
 // memoryFigure prints who was stopped first and at what usage.
