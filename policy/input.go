@@ -12,7 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/agentcube/sandboxpool/schema/jsonraw"
+	"github.com/agentcube/sandboxpool/internal/jsonraw"
 )
 
 // The policy's input is {"request": req} as the JSON an AdmissionReview carries, as an

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/agentcube/sandboxpool/schema/jsonraw/jsonrawtest"
+	"github.com/agentcube/sandboxpool/internal/jsonraw/jsonrawtest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 

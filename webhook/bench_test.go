@@ -17,12 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/webhook"
 )
 
@@ -215,76 +212,6 @@ func BenchmarkHandlerLoopback(b *testing.B) {
 			b.ReportMetric(percentile(latencies, 0.99), "p99-ns")
 			b.ReportMetric(float64(n-int(failed.Load()))/elapsed.Seconds(), "req/s")
 			b.ReportMetric(float64(rate), "target-req/s")
-		})
-	}
-}
-
-// BenchmarkStatusWriteSkipsUnchangedSpec times the decision on the agent's most common
-// write, a status update of one node-ctl figure (a new one each time) on a pool with a
-// full status, two ways in one run: "whole-object" is the pipeline as it was before
-// UPDATEs were ratcheted (schema.Default of the whole object, then the policy; Default
-// now reuses its results for the pieces that did not change), "ratcheted" is the
-// Validator (the schema validates the changed status member only, then the policy).
-// Reports the p50 and p99 of each.
-func BenchmarkStatusWriteSkipsUnchangedSpec(b *testing.B) {
-	golden, err := corpus.Find("pool-full-status.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	old := string(golden.JSON)
-	if !strings.Contains(old, `"allocatedMemoryBytes":0`) {
-		b.Fatal("the golden pool has no allocatedMemoryBytes of 0 to change")
-	}
-	next := func() *admissionv1.AdmissionRequest { // a new figure each time
-		return updatePoolStatus(nodeA, old, strings.Replace(old, `"allocatedMemoryBytes":0`, fmt.Sprintf(`"allocatedMemoryBytes":%d`, benchSeq.Add(1)), 1))
-	}
-	engine := policytest.NewEngine(b, benchInventory(1000))
-	s := schema.MustCompiled()
-	v := webhook.NewValidator(s, engine)
-	ctx := context.Background()
-	wholeObject := func(req *admissionv1.AdmissionRequest) error {
-		defaulted, err := s.Default(schema.KindSandboxPool, req.Object.Raw)
-		if err != nil {
-			return err
-		}
-		sub := *req
-		sub.Object = runtime.RawExtension{Raw: defaulted}
-		d, err := engine.Evaluate(ctx, &sub)
-		if err == nil && !d.Allowed {
-			err = fmt.Errorf("denied: %s", d.Message())
-		}
-		return err
-	}
-	ratcheted := func(req *admissionv1.AdmissionRequest) error {
-		d, err := v.Validate(ctx, req)
-		if err == nil && !d.Allowed {
-			err = fmt.Errorf("denied: %s", d.Message())
-		}
-		return err
-	}
-	for _, bc := range []struct {
-		name string
-		run  func(*admissionv1.AdmissionRequest) error
-	}{{"whole-object", wholeObject}, {"ratcheted", ratcheted}} {
-		b.Run(bc.name, func(b *testing.B) {
-			if err := bc.run(next()); err != nil {
-				b.Fatal(err)
-			}
-			times := make([]time.Duration, 0, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				req := next()
-				start := time.Now()
-				if err := bc.run(req); err != nil {
-					b.Fatal(err)
-				}
-				times = append(times, time.Since(start))
-			}
-			b.StopTimer()
-			slices.Sort(times)
-			b.ReportMetric(percentile(times, 0.50), "p50-ns")
-			b.ReportMetric(percentile(times, 0.99), "p99-ns")
 		})
 	}
 }

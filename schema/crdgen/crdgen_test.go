@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,6 +38,35 @@ func TestCommittedCRDsAreUpToDate(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s is stale: run make generate", name)
+		}
+	}
+}
+
+// TestImmutableRulesMatchSchema: the CRD's immutability rules (self == oldSelf) are on
+// exactly the fields schema.ImmutableFields names, which sandboxpool vet checks offline.
+func TestImmutableRulesMatchSchema(t *testing.T) {
+	s := schema.MustCompiled()
+	crds, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, crd := range crds {
+		var got []string
+		var walk func(p apiextv1.JSONSchemaProps, path []string)
+		walk = func(p apiextv1.JSONSchemaProps, path []string) {
+			for _, r := range p.XValidations {
+				if r.Rule == "self == oldSelf" {
+					got = append(got, strings.Join(path, "."))
+				}
+			}
+			for name, child := range p.Properties {
+				walk(child, append(slices.Clone(path), name))
+			}
+		}
+		walk(*crd.Spec.Versions[0].Schema.OpenAPIV3Schema, nil)
+		slices.Sort(got)
+		if want := s.ImmutableFields(schema.Kinds[i]); !slices.Equal(got, want) {
+			t.Errorf("%s: immutable rules on %q, the schema's immutable fields are %q", crd.Name, got, want)
 		}
 	}
 }
