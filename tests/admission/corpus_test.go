@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/agentcube/sandboxpool/schema/corpus"
@@ -90,7 +89,7 @@ func writeLive(t *testing.T, o corpus.Object) string {
 	}
 	gvr := poolsGVR
 	if o.Kind == v1alpha1.KindSandboxPoolClass {
-		gvr = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Resource: v1alpha1.ResourceSandboxPoolClasses}
+		gvr = classesGVR
 	}
 	strict := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
 	if !o.Status {

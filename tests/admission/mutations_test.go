@@ -41,7 +41,6 @@ func TestSchemaRulesHeldByAPIServer(t *testing.T) {
 	requireCluster(t)
 	s := sbschema.MustCompiled()
 	ctx := context.Background()
-	classes := schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.Version, Resource: v1alpha1.ResourceSandboxPoolClasses}
 
 	class := objectOf(t, "class-default.yaml")
 	pool := objectOf(t, "pool-full-status.yaml")
@@ -55,7 +54,7 @@ func TestSchemaRulesHeldByAPIServer(t *testing.T) {
 	for _, o := range []struct {
 		gvr schema.GroupVersionResource
 		obj map[string]any
-	}{{classes, class}, {poolsGVR, pool}} {
+	}{{classesGVR, class}, {poolsGVR, pool}} {
 		u := &unstructured.Unstructured{Object: deepCopy(t, o.obj)}
 		u.SetName(u.GetName() + "-mutations")
 		if o.gvr == poolsGVR {
@@ -228,7 +227,7 @@ func TestSchemaRulesHeldByAPIServer(t *testing.T) {
 	agentStatus["conditions"] = agentConditions
 
 	for i, m := range specs[v1alpha1.KindSandboxPoolClass] {
-		t.Run(fmt.Sprintf("class/%02d %s", i, m.path), func(t *testing.T) { check(t, v1alpha1.KindSandboxPoolClass, class, m, create(classes)) })
+		t.Run(fmt.Sprintf("class/%02d %s", i, m.path), func(t *testing.T) { check(t, v1alpha1.KindSandboxPoolClass, class, m, create(classesGVR)) })
 	}
 	for i, m := range specs[v1alpha1.KindSandboxPool] {
 		t.Run(fmt.Sprintf("pool/%02d %s", i, m.path), func(t *testing.T) { check(t, v1alpha1.KindSandboxPool, pool, m, create(poolsGVR)) })
@@ -240,7 +239,7 @@ func TestSchemaRulesHeldByAPIServer(t *testing.T) {
 	}
 	for i, m := range statuses[v1alpha1.KindSandboxPoolClass] {
 		t.Run(fmt.Sprintf("class-status/%02d %s", i, m.path), func(t *testing.T) {
-			check(t, v1alpha1.KindSandboxPoolClass, withStatus(class, classStatus), m, patchStatus(controller, classes, "default-mutations"))
+			check(t, v1alpha1.KindSandboxPoolClass, withStatus(class, classStatus), m, patchStatus(controller, classesGVR, "default-mutations"))
 		})
 	}
 	for i, m := range statuses[v1alpha1.KindSandboxPool] {
