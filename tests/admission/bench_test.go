@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,8 +119,9 @@ spec:
 // under each admission mode in rotating blocks: the webhook, the ValidatingAdmissionPolicy
 // of testdata/vapFile, and nothing, so that a drift of the machine's load falls on every
 // mode alike. Reports the p50 and p99 of each mode, what the webhook and the VAP add to the
-// p50 and p99 of no admission, and the CPU time per write of kube-apiserver and of this
-// process (the client and the in-process webhook).
+// p50 and p99 of no admission, the CPU time per write of kube-apiserver and of this
+// process (the client and the in-process webhook), and the mean time of the API server's
+// call to the webhook, as its own metric has it (webhook-call-mean-µs).
 func throughAPIServer(b *testing.B, vapFile string, write func(int) error, probe admissionProbe) {
 	c := requireCluster(b)
 	ctx := context.Background()
@@ -157,6 +159,9 @@ func throughAPIServer(b *testing.B, vapFile string, write func(int) error, probe
 	type block struct {
 		latencies      []time.Duration
 		apiserver, own time.Duration
+		// call is the time the API server's calls to the webhook took, by its own metric.
+		call       time.Duration
+		callsCount float64
 	}
 	results := map[admissionMode]*block{}
 	modes := []admissionMode{modeWebhook, modeVAP, modeNone}
@@ -183,6 +188,7 @@ func throughAPIServer(b *testing.B, vapFile string, write func(int) error, probe
 				b.Fatal(err)
 			}
 			ownBefore := ownCPU(b)
+			callsBefore, callsCountBefore := webhookCalls(b, kube)
 			for range perBlock {
 				seq++
 				r.latencies = append(r.latencies, timed(seq))
@@ -191,6 +197,9 @@ func throughAPIServer(b *testing.B, vapFile string, write func(int) error, probe
 			if err != nil {
 				b.Fatal(err)
 			}
+			callsAfter, callsCountAfter := webhookCalls(b, kube)
+			r.call += callsAfter - callsBefore
+			r.callsCount += callsCountAfter - callsCountBefore
 			r.apiserver += apiAfter.CPU - apiBefore.CPU
 			r.own += ownCPU(b) - ownBefore
 		}
@@ -209,6 +218,9 @@ func throughAPIServer(b *testing.B, vapFile string, write func(int) error, probe
 		b.ReportMetric(q(m, 0.99), string(m)+"-p99-µs")
 		b.ReportMetric(float64(r.apiserver.Microseconds())/n, string(m)+"-apiserver-cpu-µs/op")
 		b.ReportMetric(float64(r.own.Microseconds())/n, string(m)+"-process-cpu-µs/op")
+	}
+	if r := results[modeWebhook]; r.callsCount > 0 {
+		b.ReportMetric(float64(r.call.Microseconds())/r.callsCount, "webhook-call-mean-µs")
 	}
 	for _, m := range []admissionMode{modeWebhook, modeVAP} {
 		b.ReportMetric(q(m, 0.5)-q(modeNone, 0.5), string(m)+"-added-p50-µs")
@@ -314,6 +326,35 @@ func (s admissionSwitch) set(b *testing.B, m admissionMode) {
 	if err != nil {
 		b.Fatalf("admission by %s not in effect within 30s", m)
 	}
+}
+
+// webhookCalls reads the API server's own metric of its calls to the webhook
+// (apiserver_admission_webhook_admission_duration_seconds of validate.sandboxpool...): the
+// time they took in all, from the review's encoding to its answer's decoding, and how many.
+func webhookCalls(b *testing.B, kube kubernetes.Interface) (time.Duration, float64) {
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum, count float64
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || !strings.Contains(rest, `name="validate.sandboxpool.agentcube.volcano.sh"`) {
+			continue
+		}
+		_, value, _ := strings.Cut(rest, "} ")
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "apiserver_admission_webhook_admission_duration_seconds_sum":
+			sum += v
+		case "apiserver_admission_webhook_admission_duration_seconds_count":
+			count += v
+		}
+	}
+	return time.Duration(sum * float64(time.Second)), count
 }
 
 // ownCPU is this process's CPU time (user and system) so far.
