@@ -1,7 +1,8 @@
 // Package schema embeds the CUE definitions of the SandboxPool API (the *.cue files beside
 // this one), compiles them once, and validates and defaults objects with them. It is the
-// only place the rules live: the CRDs are generated from the same files (schema/crdgen),
-// and the operator, agent and webhook call this package instead of restating rules in Go.
+// only place the rules live: the CRDs are generated from the same files (schema/crdgen), the
+// API server enforces them in the cluster, and the operator, the agent and sandboxpool vet
+// call this package instead of restating rules in Go.
 package schema
 
 import (
