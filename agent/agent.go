@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -37,6 +39,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/agent/leasetoken"
 	"github.com/agentcube/sandboxpool/agent/manifest"
+	"github.com/agentcube/sandboxpool/nodectl/api"
 	nodectl "github.com/agentcube/sandboxpool/nodectl/client"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -73,6 +76,19 @@ type Agent struct {
 	stopped map[types.UID]bool
 	// lastRestart rate-limits the node-ctl restart fallback.
 	lastRestart time.Time
+	// started is when the agent started: a piece waits PieceStartTimeout from when it was
+	// written or from then, whichever is later (at a node's boot kubelet takes a while).
+	started time.Time
+	// kept is the state kept in Options.StateFile (keep); keptUnwritten: its last write
+	// failed.
+	kept          nodeState
+	keptUnwritten bool
+	// sent is the node-ctl config file as the agent last wrote it (read back at start);
+	// nil while it holds none. node-ctl may apply it whenever it reloads or restarts.
+	sent *api.Config
+
+	// keepMu serialises the writes of the state file.
+	keepMu sync.Mutex
 
 	// leaseClient writes the Leases: Options.LeaseKubeconfig's identity, or client's.
 	leaseClient client.Client
@@ -91,10 +107,10 @@ type poolState struct {
 	resize resizeNotes
 	// lease is the pool's Lease as last written, for renewals without a GET.
 	lease *coordinationv1.Lease
-	// lastPiece is the highest piece number the agent has written for the pool: a number
-	// is not used again while this agent runs, even once its file and mirror pod are gone,
-	// so kubelet never waits on an old pod of the same name.
-	lastPiece int
+	// ran are the static pod UIDs of the pool's pieces this agent has seen run (their mirror
+	// pods Ready): a mirror pod kubelet creates again for one of them stands for a running
+	// piece while kubelet has written no status to it and the shim says it runs.
+	ran map[types.UID]bool
 }
 
 // poolStateLocked returns what the agent remembers of pool, made if it has nothing yet.
@@ -148,11 +164,13 @@ func newAgent(cfg *rest.Config, o Options, sch *schema.Schema, triggers chan eve
 	return &Agent{
 		cfg: cfg, opts: o, schema: sch, nodectl: nc, triggers: triggers,
 		shim: map[string]shimState{}, shimWatch: map[string]func(){}, poolStates: map[string]*poolState{}, stopped: map[types.UID]bool{},
+		started: o.Clock.Now(),
 	}
 }
 
 // newManager builds a controller-runtime manager whose cache holds only this node's pools
-// (field selector spec.nodeName, filtered by the API server) and its placeholder pods, with
+// (field selector spec.nodeName, filtered by the API server) and the pods of its placeholder
+// pods' namespace bound to it that carry the pool label, with
 // /healthz, /readyz and /metrics. It needs the API server (to map the kinds).
 func (a *Agent) newManager(ctx context.Context) error {
 	o := a.opts
@@ -171,7 +189,8 @@ func (a *Agent) newManager(ctx context.Context) error {
 		HealthProbeBindAddress: o.HealthzAddr,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.SandboxPool{}: {Field: onNode},
-			&corev1.Pod{}:           {Field: onNode, Label: labels.NewSelector().Add(*hasPool)},
+			// Only the placeholder pods' namespace: no pod elsewhere can be a piece (ownMirror).
+			&corev1.Pod{}: {Field: onNode, Label: labels.NewSelector().Add(*hasPool), Namespaces: map[string]cache.Config{o.PodNamespace: {}}},
 		}},
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}}}},
 	})
@@ -257,10 +276,36 @@ func (a *Agent) Run(ctx context.Context) error {
 		log.Error(err, "orphan cleanup")
 	}
 	logOrphanReport(log, report)
+	a.restore(ctx)
 	if err := a.newManager(ctx); err != nil {
 		return err
 	}
 	return a.mgr.Start(ctx)
+}
+
+// restore reads back what the agent kept across its restart: the state file and the node-ctl
+// config it last wrote. What cannot be read is reported; the agent then knows less, and
+// takes node-ctl to enforce what the rest says.
+func (a *Agent) restore(ctx context.Context) {
+	log := logf.FromContext(ctx)
+	if err := a.loadState(); err != nil {
+		log.Error(err, "the agent's state from before its start is lost; node-ctl's config file still bounds what node-ctl may enforce")
+	}
+	data, err := os.ReadFile(a.opts.NodeCtlConfig)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Error(err, "reading the node-ctl config file")
+		}
+		return
+	}
+	cfg, err := api.ParseConfig(data)
+	if err != nil {
+		log.Error(err, "the node-ctl config file does not parse", "file", a.opts.NodeCtlConfig)
+		return
+	}
+	a.mu.Lock()
+	a.sent = cfg
+	a.mu.Unlock()
 }
 
 // trigger re-runs the reconcile of a pool.

@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/agentcube/sandboxpool/agent/shimapi"
@@ -33,7 +36,7 @@ import (
 )
 
 // Fleet runs many agents in one process against one API server: the hollow-node mode of the
-// scale benchmarks (agent/hollow), where one process plays N nodes. The agents share one
+// scale benchmarks (tests/hollow), where one process plays N nodes. The agents share one
 // manager — one cache of every pool and placeholder pod, indexed by node, instead of one
 // server-filtered watch per node, and one client — and one controller whose passes go to
 // the agent of the pool's node. Each agent runs its own Lease renewal and node-ctl poll and
@@ -134,10 +137,18 @@ func (f *Fleet) WaitForCacheSync(ctx context.Context) bool {
 // Client is the fleet's shared client (reads from its cache).
 func (f *Fleet) Client() client.Client { return f.mgr.GetClient() }
 
+// Identity is what one agent of a fleet writes with, as a placeholder-agent process on its
+// node would: Config is the node's own identity (pool status, events), LeaseConfig its Lease
+// identity (nil: Config). Reads still come from the fleet's shared cache. The zero Identity
+// writes with the fleet's own credentials.
+type Identity struct {
+	Config, LeaseConfig *rest.Config
+}
+
 // Add starts an agent for o.NodeName: its Lease renewal and node-ctl poll until ctx ends or
-// Stop, and its pools' passes. The shim, health, metrics and manifest-watch options are
-// ignored. An agent already running for the node is stopped first (a restart).
-func (f *Fleet) Add(ctx context.Context, o Options) (*Agent, error) {
+// Stop, and its pools' passes, writing as id. The shim, health, metrics and manifest-watch
+// options are ignored. An agent already running for the node is stopped first (a restart).
+func (f *Fleet) Add(ctx context.Context, o Options, id Identity) (*Agent, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -145,6 +156,11 @@ func (f *Fleet) Add(ctx context.Context, o Options) (*Agent, error) {
 	a.mgr, a.client, a.reader = f.mgr, f.mgr.GetClient(), f.mgr.GetAPIReader()
 	a.recorder = f.mgr.GetEventRecorder(v1alpha1.FieldManagerAgent)
 	ctx, cancel := context.WithCancel(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("node", o.NodeName)))
+	if err := f.useIdentity(ctx, a, id); err != nil {
+		cancel()
+		return nil, err
+	}
+	a.restore(ctx)
 	f.Stop(o.NodeName)
 	f.mu.Lock()
 	f.members[o.NodeName] = &member{agent: a, cancel: cancel}
@@ -153,6 +169,44 @@ func (f *Fleet) Add(ctx context.Context, o Options) (*Agent, error) {
 	go func() { _ = a.renewLeases(ctx) }()
 	a.triggerAll(ctx)
 	return a, nil
+}
+
+// useIdentity gives a the clients and event recorder of id: writes with id's credentials,
+// reads from the fleet's cache. The recorder stops with ctx.
+func (f *Fleet) useIdentity(ctx context.Context, a *Agent, id Identity) error {
+	opts := func() client.Options {
+		return client.Options{Scheme: f.mgr.GetScheme(), Mapper: f.mgr.GetRESTMapper(),
+			Cache: &client.CacheOptions{Reader: f.mgr.GetCache(), DisableFor: []client.Object{&coordinationv1.Lease{}}}}
+	}
+	if id.Config != nil {
+		c, err := client.New(id.Config, opts())
+		if err != nil {
+			return fmt.Errorf("the client of node %s: %w", a.opts.NodeName, err)
+		}
+		hc, err := rest.HTTPClientFor(id.Config)
+		if err != nil {
+			return fmt.Errorf("the event client of node %s: %w", a.opts.NodeName, err)
+		}
+		ev, err := eventsv1client.NewForConfigAndClient(id.Config, hc)
+		if err != nil {
+			return fmt.Errorf("the event client of node %s: %w", a.opts.NodeName, err)
+		}
+		b := events.NewBroadcaster(&events.EventSinkImpl{Interface: ev})
+		b.StartRecordingToSink(ctx.Done())
+		rec, ok := b.NewRecorder(f.mgr.GetScheme(), v1alpha1.FieldManagerAgent).(recorder.EventRecorder)
+		if !ok {
+			return fmt.Errorf("the event recorder of node %s records no annotated events", a.opts.NodeName)
+		}
+		a.client, a.recorder = c, rec
+	}
+	if id.LeaseConfig != nil {
+		c, err := client.New(id.LeaseConfig, opts())
+		if err != nil {
+			return fmt.Errorf("the Lease client of node %s: %w", a.opts.NodeName, err)
+		}
+		a.leaseClient = c
+	}
+	return nil
 }
 
 // Stop stops the agent of node as a killed process would stop: no more renewals, polls or

@@ -77,20 +77,23 @@ func (a *Agent) holdsLease(pool string) bool {
 	return st != nil && st.lease != nil
 }
 
+// getOrCreateLease creates the pool's Lease, held by this node; when it exists already (an
+// earlier run of this agent made it) it reads it and renews it. A new pool's Lease is one
+// request: the create.
 func (a *Agent) getOrCreateLease(ctx context.Context, pool string, now metav1.MicroTime) (*coordinationv1.Lease, error) {
 	key := types.NamespacedName{Namespace: a.opts.LeaseNamespace, Name: pool}
-	var l coordinationv1.Lease
-	err := a.leaseWriter().Get(ctx, key, &l)
-	switch {
-	case apierrors.IsNotFound(err):
-		l = coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{v1alpha1.LabelNode: naming.LabelValue(a.opts.NodeName)}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.opts.NodeName),
-				LeaseDurationSeconds: ptr.To(int32(a.opts.LeaseTTL / time.Second)), AcquireTime: &now, RenewTime: &now},
-		}
-		return &l, a.leaseWriter().Create(ctx, &l)
-	case err != nil:
+	l := coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{v1alpha1.LabelNode: naming.LabelValue(a.opts.NodeName)}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.opts.NodeName),
+			LeaseDurationSeconds: ptr.To(int32(a.opts.LeaseTTL / time.Second)), AcquireTime: &now, RenewTime: &now},
+	}
+	err := a.leaseWriter().Create(ctx, &l)
+	if !apierrors.IsAlreadyExists(err) {
+		return &l, err
+	}
+	l = coordinationv1.Lease{}
+	if err := a.leaseWriter().Get(ctx, key, &l); err != nil {
 		return nil, err
 	}
 	l.Spec.RenewTime = &now

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	quota "k8s.io/apiserver/pkg/quota/v1"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -70,7 +71,13 @@ type piece struct {
 	// scheduler does not count it yet. It holds its part in kubelet; node-ctl does not grow
 	// into it and no other piece goes because of it until the scheduler counts it too.
 	Unseen bool
-	// Reason is kubelet's word for a rejected piece: its reason and message.
+	// Unrunnable: kubelet has not run the piece (it is pending or admitted) within
+	// Options.PieceStartTimeout of its manifest (a RuntimeClass or handler the node does not
+	// have, an image it cannot get, ...). It is removed when the lock holds what node-ctl
+	// runs without it, and never waited for.
+	Unrunnable bool
+	// Reason is kubelet's word for a rejected piece (its reason and message), or why an
+	// unrunnable piece is.
 	Reason string
 }
 
@@ -86,8 +93,11 @@ type lockInput struct {
 	Desired corev1.ResourceList
 	// Pieces are the pool's pieces on disk, with what kubelet made of them.
 	Pieces []piece
-	// Applied is what node-ctl runs for the pool; nil when it runs nothing for it.
+	// Applied is the most node-ctl may be running for the pool (what it last reported, or
+	// the config last written for it if more); nil when it runs nothing for it.
 	Applied corev1.ResourceList
+	// Reported is what node-ctl last reported running for the pool; nil when nothing.
+	Reported corev1.ResourceList
 	// AllocatedMemory is the memory the pool's sandboxes use (node-ctl's working set).
 	AllocatedMemory int64
 	// Watermark is the share of a smaller memory size usage may reach for a downscale.
@@ -98,10 +108,18 @@ type lockInput struct {
 	// Preempt lets a growth go to kubelet without the room check: kubelet then preempts pods
 	// that are not critical to make room (static pods are critical to it).
 	Preempt bool
-	// Backoff: kubelet refused a piece of this pool a short while ago; no growth is asked of
-	// it again until the backoff ends. LastRejection is kubelet's word then.
+	// Backoff: kubelet refused a piece of this pool, or could not run one, a short while ago;
+	// no growth is asked of it again until the backoff ends (nor, after an unrunnable piece,
+	// a replacement). LastRejection is kubelet's word then.
 	Backoff       bool
 	LastRejection string
+	// Unrunnable says why a piece of the pool's current spec could not be run, since the
+	// last time the pool was synced ("" when none could not): the pool is reported Degraded
+	// until a piece of it runs or the spec changes.
+	Unrunnable string
+	// Confirmed: node-ctl has reported applying the config the agent last wrote for the
+	// pool; until it has, the pool is not synced and no resize is completed.
+	Confirmed bool
 	// NextPiece is the number of the next piece the plan adds.
 	NextPiece int
 }
@@ -146,6 +164,9 @@ type lockPlan struct {
 	Reason   string
 	// Waiting says what the plan waits for when a piece is not admitted yet.
 	Waiting string
+	// Unrunnable says why a piece of the pool cannot be run (kubelet has not run it within
+	// Options.PieceStartTimeout); "" when none. The pool is Degraded, not resizing.
+	Unrunnable string
 }
 
 // planLock decides the next step. It is a pure function of its input: the agent calls it on
@@ -159,98 +180,204 @@ type lockPlan struct {
 //     of the node has room for it, so kubelet never preempts another pod for it; restoring
 //     a lock below what node-ctl runs, or the first lock of a pool, does not wait.
 func planLock(in lockInput) lockPlan {
-	var p lockPlan
-	var rejected []piece
-	pending := 0
-	lock, running := corev1.ResourceList{}, corev1.ResourceList{}
-	for _, pc := range in.Pieces {
-		switch pc.State {
-		case pieceRejected:
-			rejected = append(rejected, pc)
-			p.Remove = append(p.Remove, pc.Number)
-		case piecePending:
-			pending++
-		}
-		if pc.holds() {
-			addTo(lock, pc.Res)
-			if pc.State == pieceRunning && !pc.Unseen {
-				addTo(running, pc.Res)
-			}
-		}
-	}
-	p.Lock = lock
-
+	t := tallyPieces(in.Pieces)
+	p := lockPlan{Lock: t.lock, Remove: t.rejectedNumbers()}
 	// What the lock must hold: the desired size, and never less than what node-ctl runs.
 	want := maxOf(in.Desired, in.Applied)
-
 	// node-ctl grows only up to the pieces that run and that the scheduler counts: kubelet
 	// and the scheduler count an admitted piece already, the pool's readiness only once it
 	// runs, and the scheduler only once its mirror pod is in the API.
-	p.NodeCtl, p.Deferred, p.Reason = planNodeCtl(in, running)
+	p.NodeCtl, p.Deferred, p.Reason = planNodeCtl(in, t.running)
 
-	if len(rejected) > 0 {
-		// A rejected piece holds nothing: remove it, report kubelet's word, and ask again
-		// after the backoff.
-		p.Deferred, p.Reason = deferKubelet, "kubelet refused placeholder pod "+strconv.Itoa(rejected[0].Number)+": "+rejected[0].Reason
-		return p
-	}
-	if pending > 0 {
+	switch {
+	case p.dropRejected(t):
+	case p.dropUnrunnable(in, t):
+	case t.pending > 0:
 		p.Waiting = "waiting for kubelet to admit the placeholder pod just written"
-		return p
+	case p.grow(in, want, t.lock):
+	case p.waitForPieces(in):
+	default:
+		p.replace(in, want, t)
 	}
+	return p
+}
 
-	// Growth: add a piece for what the lock lacks.
-	if grow := positivePart(subtract(want, lock)); len(grow) > 0 {
-		restore := positivePart(subtract(in.Applied, lock))
-		checked := !in.Preempt && len(lock) > 0 && len(positivePart(subtract(grow, restore))) > 0
-		if checked {
-			if in.Room == nil {
-				p.NeedRoom = true
-				return p
-			}
-			if !in.Room.fits(grow) {
-				if len(restore) > 0 {
-					p.Add = &newPiece{Number: in.NextPiece, Res: restore}
-					return p
-				}
-				p.Deferred, p.Reason = deferRoom, in.Room.shortfall(grow, want, lock)
-				return p
+// pieceTally is what the pieces add up to.
+type pieceTally struct {
+	// lock is what the admitted pieces hold; running what those that run and that the
+	// scheduler counts hold.
+	lock, running corev1.ResourceList
+	// rejected and unrunnable are the pieces kubelet refused and those it does not run.
+	rejected, unrunnable []piece
+	// pending counts the pieces kubelet has neither admitted nor refused.
+	pending int
+	// live are the pieces but the rejected ones.
+	live []piece
+}
+
+func tallyPieces(pieces []piece) pieceTally {
+	t := pieceTally{lock: corev1.ResourceList{}, running: corev1.ResourceList{}}
+	for _, pc := range pieces {
+		switch {
+		case pc.State == pieceRejected:
+			t.rejected = append(t.rejected, pc)
+		case pc.Unrunnable:
+			t.unrunnable = append(t.unrunnable, pc)
+		case pc.State == piecePending:
+			t.pending++
+		}
+		if pc.State != pieceRejected {
+			t.live = append(t.live, pc)
+		}
+		if pc.holds() {
+			addTo(t.lock, pc.Res)
+			if pc.State == pieceRunning && !pc.Unseen {
+				addTo(t.running, pc.Res)
 			}
 		}
-		if in.Backoff {
+	}
+	return t
+}
+
+func (t pieceTally) rejectedNumbers() []int {
+	var out []int
+	for _, pc := range t.rejected {
+		out = append(out, pc.Number)
+	}
+	return out
+}
+
+// dropRejected: a rejected piece holds nothing. It is removed (the plan's Remove already
+// names it), kubelet's word is reported, and the growth is asked again after the backoff.
+func (p *lockPlan) dropRejected(t pieceTally) bool {
+	if len(t.rejected) == 0 {
+		return false
+	}
+	p.Deferred, p.Reason = deferKubelet, "kubelet refused placeholder pod "+strconv.Itoa(t.rejected[0].Number)+": "+t.rejected[0].Reason
+	return true
+}
+
+// dropUnrunnable: a piece kubelet cannot run is never waited for. It goes, and the attempt
+// is made again after the backoff, when the lock holds what node-ctl runs without it:
+// kubelet and the scheduler may count an admitted one, but node-ctl never grew into it. One
+// the lock cannot do without (the whole lock, after a replacement in place) stays until a
+// piece that runs replaces it.
+func (p *lockPlan) dropUnrunnable(in lockInput, t pieceTally) bool {
+	p.Unrunnable = in.Unrunnable
+	if len(t.unrunnable) == 0 {
+		return false
+	}
+	p.Unrunnable = "kubelet cannot run placeholder pod " + strconv.Itoa(t.unrunnable[0].Number) + ": " + t.unrunnable[0].Reason
+	left := t.lock.DeepCopy()
+	for _, pc := range t.unrunnable {
+		rest := left
+		if pc.holds() {
+			rest = subtract(left, pc.Res)
+		}
+		if covers(rest, in.Applied) {
+			p.Remove, left = append(p.Remove, pc.Number), rest
+		}
+	}
+	return len(p.Remove) > 0
+}
+
+// grow adds a piece for what the lock lacks of want, after the room check when the growth
+// goes beyond restoring what node-ctl runs. It reports whether the lock lacks anything.
+func (p *lockPlan) grow(in lockInput, want, lock corev1.ResourceList) bool {
+	grow := positivePart(subtract(want, lock))
+	if len(grow) == 0 {
+		return false
+	}
+	restore := positivePart(subtract(in.Applied, lock))
+	checked := !in.Preempt && len(lock) > 0 && len(positivePart(subtract(grow, restore))) > 0
+	if checked {
+		if in.Room == nil {
+			p.NeedRoom = true
+			return true
+		}
+		if !in.Room.fits(grow) {
+			if len(restore) > 0 {
+				p.Add = &newPiece{Number: in.NextPiece, Res: restore}
+				return true
+			}
+			p.Deferred, p.Reason = deferRoom, in.Room.shortfall(grow, want, lock)
+			return true
+		}
+	}
+	if in.Backoff {
+		if in.Unrunnable == "" {
 			p.Deferred, p.Reason = deferKubelet, in.LastRejection
-			return p
 		}
-		p.Add = &newPiece{Number: in.NextPiece, Res: grow}
-		return p
+		return true
 	}
+	p.Add = &newPiece{Number: in.NextPiece, Res: grow}
+	return true
+}
 
-	// The lock holds enough. Replace or remove what it holds too much of, what is not
-	// current, and extra pieces, once every piece runs: a piece goes only after its
-	// replacement runs, so the pool stays ready.
+// waitForPieces: the lock holds enough, and what it holds too much of, what is not current
+// and extra pieces go only once every piece runs and the scheduler counts it (a piece goes
+// only after its replacement runs, so the pool stays ready).
+func (p *lockPlan) waitForPieces(in lockInput) bool {
 	for _, pc := range in.Pieces {
-		if pc.State == pieceAdmitted {
+		if pc.State == pieceAdmitted && !pc.Unrunnable {
 			p.Waiting = "waiting for placeholder pod " + strconv.Itoa(pc.Number) + " to run"
-			return p
+			return true
 		}
 		if pc.Unseen {
 			p.Waiting = "waiting for the mirror pod of placeholder pod " + strconv.Itoa(pc.Number) + ": the scheduler does not count it yet"
-			return p
+			return true
 		}
 	}
-	var live []piece
-	for _, pc := range in.Pieces {
-		if pc.State != pieceRejected {
-			live = append(live, pc)
+	return false
+}
+
+// replace brings a lock that holds enough to one current piece of want: it keeps a single
+// current piece, removes what the others can do without, or adds the one piece that
+// replaces them all (before they go when the node has room, in the same instant otherwise).
+func (p *lockPlan) replace(in lockInput, want corev1.ResourceList, t pieceTally) {
+	stale := slices.ContainsFunc(t.live, func(pc piece) bool { return !pc.Current || !pc.Trusted })
+	surplus := !equalResources(t.lock, want)
+	if !stale && !surplus && len(t.live) <= 1 {
+		p.Synced = p.synced(in, t.lock) && len(t.unrunnable) == 0
+		return
+	}
+	if p.keepExact(want, t.live) || p.removeSpare(want, t) {
+		return
+	}
+	// One piece of the size the lock must hold replaces them all.
+	if in.Room == nil {
+		p.NeedRoom = true
+		return
+	}
+	if in.Backoff && in.Unrunnable != "" {
+		return // the last piece of this spec could not be run: the next one waits for the backoff
+	}
+	if !surplus && !stale {
+		if in.Room.fits(want) {
+			p.Add = &newPiece{Number: in.NextPiece, Res: want}
 		}
+		// A fold waits for room: several current pieces of the right sum hold the lock.
+		p.Synced = p.Add == nil && p.synced(in, t.lock) && len(t.unrunnable) == 0
+		return
 	}
-	stale := slices.ContainsFunc(live, func(pc piece) bool { return !pc.Current || !pc.Trusted })
-	surplus := !equalResources(lock, want)
-	if !stale && !surplus && len(live) <= 1 {
-		p.Synced = p.NodeCtl == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
-		return p
+	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
+		// Pieces removed a moment ago still count until kubelet has deleted their mirror
+		// pods; without them the node has room to replace the lock without a gap.
+		p.Waiting = "waiting for removed placeholder pods to leave the node: then the lock is replaced without a gap"
+		return
 	}
-	// A running, current piece that holds exactly what the lock must: the others go.
+	p.Add = &newPiece{Number: in.NextPiece, Res: want}
+	if !in.Room.fits(want) {
+		for _, pc := range t.live {
+			p.Remove = append(p.Remove, pc.Number)
+		}
+		p.RemoveFirst = true
+	}
+}
+
+// keepExact: a running, current piece that holds exactly what the lock must stays, and the
+// others go.
+func (p *lockPlan) keepExact(want corev1.ResourceList, live []piece) bool {
 	for _, pc := range live {
 		if pc.State == pieceRunning && pc.Current && pc.Trusted && equalResources(pc.Res, want) {
 			for _, o := range live {
@@ -258,15 +385,20 @@ func planLock(in lockInput) lockPlan {
 					p.Remove = append(p.Remove, o.Number)
 				}
 			}
-			return p
+			return true
 		}
 	}
-	// Pieces the others can do without, those that are not current first.
-	order := slices.Clone(live)
+	return false
+}
+
+// removeSpare removes the pieces the others can do without, those that are not current
+// first, and pieces that hold nothing and are not current.
+func (p *lockPlan) removeSpare(want corev1.ResourceList, t pieceTally) bool {
+	order := slices.Clone(t.live)
 	slices.SortStableFunc(order, func(a, b piece) int {
 		return boolInt(a.Current && a.Trusted) - boolInt(b.Current && b.Trusted)
 	})
-	left := lock.DeepCopy()
+	left := t.lock.DeepCopy()
 	for _, pc := range order {
 		if !pc.holds() {
 			if !pc.Trusted || !pc.Current {
@@ -280,36 +412,13 @@ func planLock(in lockInput) lockPlan {
 			left = rest
 		}
 	}
-	if len(p.Remove) > 0 {
-		return p
-	}
-	// One piece of the size the lock must hold replaces them all.
-	if in.Room == nil {
-		p.NeedRoom = true
-		return p
-	}
-	if !surplus && !stale {
-		if in.Room.fits(want) {
-			p.Add = &newPiece{Number: in.NextPiece, Res: want}
-		}
-		// A fold waits for room: several current pieces of the right sum hold the lock.
-		p.Synced = p.NodeCtl == nil && p.Add == nil && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
-		return p
-	}
-	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
-		// Pieces removed a moment ago still count until kubelet has deleted their mirror
-		// pods; without them the node has room to replace the lock without a gap.
-		p.Waiting = "waiting for removed placeholder pods to leave the node: then the lock is replaced without a gap"
-		return p
-	}
-	p.Add = &newPiece{Number: in.NextPiece, Res: want}
-	if !in.Room.fits(want) {
-		for _, pc := range live {
-			p.Remove = append(p.Remove, pc.Number)
-		}
-		p.RemoveFirst = true
-	}
-	return p
+	return len(p.Remove) > 0
+}
+
+// synced reports whether, with the pieces as they are, node-ctl and the lock hold exactly
+// the pool's resources and node-ctl has confirmed it.
+func (p *lockPlan) synced(in lockInput, lock corev1.ResourceList) bool {
+	return p.NodeCtl == nil && in.Confirmed && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
 }
 
 // planNodeCtl is node-ctl's part of the step: grow up to what the running pieces hold,
@@ -352,9 +461,10 @@ func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, d
 		// node-ctl starts with the pool's cpu and memory locked, not before.
 		return nil, deferred, reason
 	}
-	if equalResources(target, in.Applied) {
+	if equalResources(target, in.Reported) && in.Confirmed {
 		return nil, deferred, reason
 	}
+	// Also when node-ctl has not confirmed the config last written: it is written again.
 	return target, deferred, reason
 }
 
@@ -464,62 +574,27 @@ func resourceNames(lists ...corev1.ResourceList) []corev1.ResourceName {
 	return slices.Sorted(maps.Keys(set))
 }
 
+// The arithmetic of resource lists is the API server's quota package's (k8s.io/apiserver's
+// quota/v1): these name what the lock plan asks of it.
+
 // addTo adds b to a, name by name.
-func addTo(a, b corev1.ResourceList) {
-	for n, q := range b {
-		s := a[n]
-		s.Add(q)
-		a[n] = s
-	}
-}
+func addTo(a, b corev1.ResourceList) { maps.Copy(a, quota.Add(a, b)) }
 
 // subtract is a − b, name by name, over both lists' names (negative where b is larger).
-func subtract(a, b corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, n := range resourceNames(a, b) {
-		q := a[n].DeepCopy()
-		q.Sub(b[n])
-		out[n] = q
-	}
-	return out
-}
+func subtract(a, b corev1.ResourceList) corev1.ResourceList { return quota.Subtract(a, b) }
 
 // positivePart keeps the names whose quantity is above zero.
 func positivePart(l corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for n, q := range l {
-		if q.Sign() > 0 {
-			out[n] = q.DeepCopy()
-		}
-	}
-	return out
+	return quota.RemoveZeros(quota.SubtractWithNonNegativeResult(l, nil))
 }
 
-// maxOf is the larger of a and b, name by name.
+// maxOf is the larger of a and b, name by name, without the names that are zero in both.
 func maxOf(a, b corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, n := range resourceNames(a, b) {
-		x, y := a[n], b[n]
-		if y.Cmp(x) > 0 {
-			x = y
-		}
-		if x.Sign() > 0 {
-			out[n] = x.DeepCopy()
-		}
-	}
-	return out
+	return positivePart(quota.Max(a, b))
 }
 
-// covers reports whether a holds at least b, name by name.
-func covers(a, b corev1.ResourceList) bool {
-	for n, q := range b {
-		have := a[n]
-		if have.Cmp(q) < 0 {
-			return false
-		}
-	}
-	return true
-}
+// covers reports whether a holds at least b, name by name (a name a lacks holds zero).
+func covers(a, b corev1.ResourceList) bool { return len(quota.IsNegative(quota.Subtract(a, b))) == 0 }
 
 func minQuantity(a, b resource.Quantity) resource.Quantity {
 	if b.Cmp(a) < 0 {

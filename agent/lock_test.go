@@ -17,6 +17,16 @@ func pc(n int, state pieceState, res corev1.ResourceList) piece {
 	return piece{Number: n, Res: res, Trusted: true, Current: true, State: state}
 }
 
+func unrunnable(p piece) piece {
+	p.Unrunnable, p.Reason = true, "no runtime for \"probe\" is configured"
+	return p
+}
+
+func stalePiece(p piece) piece {
+	p.Current = false
+	return p
+}
+
 func unseen(p piece) piece {
 	p.Unseen = true
 	return p
@@ -227,7 +237,66 @@ func TestPlanLockSteps(t *testing.T) {
 				wantNodeCtl(t, p, rl("500m", "1Gi"))
 				wantAdd(t, p, 2, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})
 			}},
+		{"a growth's piece kubelet cannot run: removed (the running piece holds what node-ctl runs), reported, not waited for",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3,
+				Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), unrunnable(pc(2, piecePending, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}))}},
+			func(t *testing.T, p lockPlan) {
+				if p.Add != nil || !slices.Equal(p.Remove, []int{2}) || !strings.Contains(p.Unrunnable, "placeholder pod 2: no runtime") ||
+					p.Waiting != "" || p.Synced || p.Deferred != "" {
+					t.Errorf("plan %+v, want piece 2 removed and reported unrunnable", p)
+				}
+			}},
+		{"an admitted piece kubelet cannot run, the whole lock after a replacement in place: kept, reported, not waited for",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3, Room: roomFor(rl("0", "0")),
+				Pieces: []piece{unrunnable(pc(2, pieceAdmitted, rl("500m", "1Gi")))}},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.Unrunnable == "" || p.Waiting != "" || p.Synced {
+					t.Errorf("plan %+v, want the piece kept and reported unrunnable", p)
+				}
+			}},
+		{"the spec reverted: a current piece replaces the stale one kubelet cannot run, make before break",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3, Room: roomFor(rl("1", "2Gi")),
+				Pieces: []piece{stalePiece(unrunnable(pc(2, pieceAdmitted, rl("500m", "1Gi"))))}},
+			func(t *testing.T, p lockPlan) {
+				wantAdd(t, p, 3, rl("500m", "1Gi"))
+				if p.RemoveFirst || len(p.Remove) != 0 {
+					t.Errorf("plan %+v, want the new piece added beside the old one", p)
+				}
+			}},
+		{"after an unrunnable piece the growth waits for the backoff, reported Degraded (not deferred)",
+			lockInput{Desired: rl("1", "1Gi"), Applied: rl("500m", "1Gi"), NextPiece: 3, Backoff: true, LastRejection: "kubelet cannot run 2",
+				Unrunnable: "kubelet cannot run 2", Room: roomFor(rl("1", "2Gi")), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))}},
+			func(t *testing.T, p lockPlan) {
+				wantNoChange(t, p)
+				if p.Unrunnable != "kubelet cannot run 2" || p.Deferred != "" || p.Synced {
+					t.Errorf("plan %+v, want the growth held back and reported unrunnable", p)
+				}
+			}},
+		{"a config node-ctl has not confirmed (it did not answer): the lock keeps the most it may run, node-ctl is asked again",
+			lockInput{Desired: rl("400m", "1Gi"), Applied: rl("500m", "1Gi"), Reported: rl("500m", "1Gi"), Confirmed: false,
+				NextPiece: 2, Room: roomFor(rl("1", "2Gi")), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi"))}},
+			func(t *testing.T, p lockPlan) {
+				wantNodeCtl(t, p, rl("400m", "1Gi"))
+				wantNoChange(t, p)
+				if p.Synced {
+					t.Errorf("plan %+v is synced before node-ctl confirmed", p)
+				}
+			}},
+		{"node-ctl reported what the pool asks but not the config last written: written again, no piece removed, not synced",
+			lockInput{Desired: rl("500m", "1Gi"), Applied: rl("700m", "1Gi"), Reported: rl("500m", "1Gi"), Confirmed: false,
+				NextPiece: 3, Room: roomFor(rl("1", "2Gi")), Pieces: []piece{pc(1, pieceRunning, rl("500m", "1Gi")), pc(2, pieceRunning, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")})}},
+			func(t *testing.T, p lockPlan) {
+				wantNodeCtl(t, p, rl("500m", "1Gi"))
+				if p.Synced || len(p.Remove) != 0 {
+					t.Errorf("plan %+v is synced before node-ctl confirmed", p)
+				}
+			}},
 	} {
+		if tc.in.Applied != nil && tc.in.Reported == nil {
+			// node-ctl reported what it applies, and it is the config last written.
+			tc.in.Reported, tc.in.Confirmed = tc.in.Applied, true
+		}
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, planLock(tc.in)) })
 	}
 }
@@ -355,7 +424,8 @@ func (s *lockSim) resize(old, desired corev1.ResourceList, maxPasses int) lockPl
 	}
 	var p lockPlan
 	for pass := range maxPasses {
-		in := lockInput{Desired: desired, Applied: s.applied, AllocatedMemory: s.usage, Watermark: 0.85, NextPiece: s.next}
+		in := lockInput{Desired: desired, Applied: s.applied, Reported: s.applied, Confirmed: s.applied != nil,
+			AllocatedMemory: s.usage, Watermark: 0.85, NextPiece: s.next}
 		for _, n := range slices.Sorted(maps.Keys(s.pieces)) {
 			sp := s.pieces[n]
 			in.Pieces = append(in.Pieces, piece{Number: n, Res: sp.res, Trusted: true, Current: !sp.stale, State: sp.state})
@@ -599,7 +669,7 @@ func TestRoomOf(t *testing.T) {
 		pod("other-pool-1", "other", corev1.PodRunning, rl("100m", "64Mi")),
 		pod("app", "", corev1.PodRunning, rl("200m", "1Gi")),
 		pod("done", "", corev1.PodFailed, rl("1", "1Gi")), // finished: holds nothing
-	}, "pool", map[string]bool{"piece-2": true})
+	}, func(p *corev1.Pod) bool { return p.Labels[v1alpha1.LabelPoolName] == "pool" }, map[string]bool{"piece-2": true})
 	if cpu, mem := r.Free[corev1.ResourceCPU], r.Free[corev1.ResourceMemory]; cpu.Cmp(resource.MustParse("500m")) != 0 || mem.Cmp(resource.MustParse("6784Mi")) != 0 || r.FreePods != 6 {
 		t.Errorf("free %v, %d pods; want 500m, 6784Mi and 6 pods", r.Free, r.FreePods)
 	}

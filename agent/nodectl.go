@@ -22,7 +22,7 @@ import (
 // NodeCtl is what the agent asks node-ctl (docs/node-ctl-contract.md): its health, its
 // state, and to apply the config file the agent wrote (Options.NodeCtlConfig). The client of
 // nodectl/client speaks it over node-ctl's unix socket; the hollow-node mode of the scale
-// benchmarks (agent/hollow) answers it in process.
+// benchmarks (tests/hollow) answers it in process.
 type NodeCtl interface {
 	Health(ctx context.Context) (*api.Health, error)
 	State(ctx context.Context) (*api.State, error)
@@ -71,6 +71,9 @@ func (a *Agent) pollOnce(ctx context.Context) {
 			st = s
 		}
 	}
+	if herr == nil {
+		a.keepReported(ctx, st)
+	}
 	a.mu.Lock()
 	old := a.nc
 	nc := nodeCtlView{Polled: true, Healthy: herr == nil, DownSince: old.DownSince, LastOK: old.LastOK, State: old.State}
@@ -93,6 +96,18 @@ func (a *Agent) pollOnce(ctx context.Context) {
 		a.triggerAll(ctx)
 	}
 	a.checkShims()
+}
+
+// keepReported keeps what node-ctl reported it applies in the state file, when it changed:
+// an agent that starts while node-ctl does not answer takes node-ctl to enforce that.
+func (a *Agent) keepReported(ctx context.Context, st *api.State) {
+	rep := reportedOf(st)
+	if rep == nil {
+		return
+	}
+	if err := a.keep(func(s *nodeState) { s.NodeCtl = rep }); err != nil {
+		logf.FromContext(ctx).Error(err, "keeping what node-ctl applies; an agent restarted while node-ctl does not answer takes it to enforce the config file")
+	}
 }
 
 // changedMaterially is true when a poll's result can change a pass's outcome.
@@ -138,9 +153,17 @@ func (a *Agent) applyNodeCtl(ctx context.Context, pool *v1alpha1.SandboxPool, re
 	if err := nodectl.WriteConfig(a.opts.NodeCtlConfig, cfg); err != nil {
 		return nil, fmt.Errorf("writing the node-ctl config: %w", err)
 	}
+	// From now on node-ctl may apply it, whether or not it answers.
+	a.mu.Lock()
+	a.sent = &cfg
+	a.mu.Unlock()
 	st, err := a.nodectl.Reload(ctx)
 	switch {
 	case err == nil:
+		a.keepReported(ctx, st)
+		a.mu.Lock()
+		a.nc.State = st
+		a.mu.Unlock()
 		nodeCtlApplies.WithLabelValues("applied").Inc()
 		logf.FromContext(ctx).Info("node-ctl applied", "generation", cfg.Generation, "resources", cfg.Resources)
 		return st, nil

@@ -60,6 +60,13 @@ type Options struct {
 	// critical to make room (a static pod is critical to it). Off: a growth waits for room,
 	// and no other pod is evicted for it.
 	ResizePreempt bool
+	// PieceStartTimeout bounds how long a placeholder pod kubelet has not run may wait: past
+	// it the piece is unrunnable (reported, removed when the lock holds without it, asked
+	// again after a backoff).
+	PieceStartTimeout time.Duration
+	// StateFile keeps what the agent must not forget across its restarts: what node-ctl last
+	// reported it applies, and the highest piece number written.
+	StateFile string
 	// ShimAddress is the unix socket the agent serves the placeholder shim on.
 	ShimAddress string
 	// HealthzAddr serves /healthz and /readyz, MetricsAddr /metrics ("0" disables).
@@ -91,6 +98,8 @@ func DefaultOptions() Options {
 		ManifestVerifyInterval: 30 * time.Second,
 		Watermark:              DefaultWatermark,
 		DeferredWarningAfter:   10 * time.Minute,
+		PieceStartTimeout:      2 * time.Minute,
+		StateFile:              DefaultStateFile,
 		ShimAddress:            shimapi.DefaultAddress,
 		HealthzAddr:            ":8080",
 		MetricsAddr:            ":8090",
@@ -120,6 +129,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Watermark, "resize-watermark", o.Watermark, "A memory downscale waits while usage is above this share of the new size.")
 	fs.DurationVar(&o.DeferredWarningAfter, "resize-deferred-warning-after", o.DeferredWarningAfter, "Emit a Warning event when a resize has been deferred this long.")
 	fs.BoolVar(&o.ResizePreempt, "resize-preempt", o.ResizePreempt, "Send a growth to kubelet without waiting for room on the node: kubelet then preempts pods that are not critical to make room for it. Off: a growth waits until the node has room, and no pod is evicted for it.")
+	fs.DurationVar(&o.PieceStartTimeout, "piece-start-timeout", o.PieceStartTimeout, "A placeholder pod kubelet has not run this long after its manifest was written is unrunnable: reported on the pool (Degraded), removed while the lock holds without it, and asked again after a backoff.")
+	fs.StringVar(&o.StateFile, "state-file", o.StateFile, "Where the agent keeps, across its restarts, what node-ctl last reported it applies and the highest piece number written (written atomically).")
 	fs.StringVar(&o.ShimAddress, "shim-address", o.ShimAddress, "Unix socket the agent serves the placeholder shim on (the shim's "+shimapi.AddressEnv+").")
 	fs.StringVar(&o.HealthzAddr, "healthz-addr", o.HealthzAddr, "Address of /healthz and /readyz (\"0\" disables).")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address of /metrics (\"0\" disables).")
@@ -134,7 +145,7 @@ func (o *Options) Validate() error {
 	for _, s := range []struct{ flag, v string }{
 		{"--manifest-dir", o.ManifestDir}, {"--pod-namespace", o.PodNamespace}, {"--pause-image", o.PauseImage},
 		{"--node-ctl-socket", o.NodeCtlSocket}, {"--node-ctl-config", o.NodeCtlConfig},
-		{"--lease-namespace", o.LeaseNamespace}, {"--shim-address", o.ShimAddress},
+		{"--lease-namespace", o.LeaseNamespace}, {"--shim-address", o.ShimAddress}, {"--state-file", o.StateFile},
 	} {
 		if s.v == "" {
 			errs = append(errs, fmt.Errorf("%s must not be empty", s.flag))
@@ -146,7 +157,7 @@ func (o *Options) Validate() error {
 	}{
 		{"--node-ctl-poll-interval", o.NodeCtlPollInterval}, {"--lease-renew-interval", o.LeaseRenewInterval},
 		{"--lease-ttl", o.LeaseTTL}, {"--manifest-verify-interval", o.ManifestVerifyInterval},
-		{"--resize-deferred-warning-after", o.DeferredWarningAfter},
+		{"--resize-deferred-warning-after", o.DeferredWarningAfter}, {"--piece-start-timeout", o.PieceStartTimeout},
 	} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.flag, d.v))

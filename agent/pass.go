@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +16,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
-	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -98,13 +98,15 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 		return ps, err
 	}
 	ps.obs = obs
-	ps.applied = appliedResources(ps.nc.State, pool)
-	in := lockInput{Desired: ps.desired, Pieces: obs.pieces, Applied: ps.applied, Watermark: a.opts.Watermark,
-		Preempt: a.opts.ResizePreempt, NextPiece: obs.next}
+	en := a.enforced(pool)
+	ps.applied = en.applied
+	in := lockInput{Desired: ps.desired, Pieces: obs.pieces, Applied: en.applied, Reported: en.reported, Confirmed: en.confirmed,
+		Watermark: a.opts.Watermark, Preempt: a.opts.ResizePreempt, NextPiece: obs.next}
 	if ps.nc.State != nil {
 		in.AllocatedMemory = ps.nc.State.AllocatedMemoryBytes
 	}
 	in.Backoff, in.LastRejection = a.rejectionBackoff(pool.Name)
+	in.Unrunnable = a.unrunnable(pool)
 	plan := a.plan(ctx, pool, &in, obs.broken)
 
 	if plan.NodeCtl != nil && ps.nc.Healthy {
@@ -112,16 +114,14 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 		if err != nil {
 			ps.nodeCtlErr = err
 		} else {
-			a.mu.Lock()
-			a.nc.State = st
-			a.mu.Unlock()
 			ps.nc.State = st
-			ps.applied = appliedResources(st, pool)
+			en = a.enforced(pool)
+			ps.applied = en.applied
 			in.AllocatedMemory = st.AllocatedMemoryBytes
 			if len(plan.Remove) == 0 && plan.Add == nil {
 				// Decide the pieces against what node-ctl now runs (the lock may follow a
 				// shrink).
-				in.Applied = ps.applied
+				in.Applied, in.Reported, in.Confirmed = en.applied, en.reported, en.confirmed
 				plan = a.plan(ctx, pool, &in, obs.broken)
 			}
 		}
@@ -174,8 +174,12 @@ func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockIn
 func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs observed, p lockPlan) error {
 	log := logf.FromContext(ctx)
 	for _, pc := range obs.pieces {
-		if pc.State == pieceRejected && slices.Contains(p.Remove, pc.Number) {
+		switch {
+		case !slices.Contains(p.Remove, pc.Number):
+		case pc.State == pieceRejected:
 			a.noteRejection(pool, pc)
+		case pc.Unrunnable:
+			a.noteUnrunnable(pool, pc)
 		}
 	}
 	remove := func() error {
@@ -189,10 +193,14 @@ func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs
 		return nil
 	}
 	if p.Add != nil {
-		a.mu.Lock()
-		st := a.poolStateLocked(pool.Name)
-		st.lastPiece = max(st.lastPiece, p.Add.Number)
-		a.mu.Unlock()
+		// The number is kept before the file is written: once the file and its pod are gone
+		// the number is still not used again, by this agent or the next one. A state file
+		// that cannot be written does not hold the lock back: the numbers on disk and of the
+		// node's mirror pods still keep a new piece off the names of pods kubelet may be
+		// stopping, for as long as they are there.
+		if err := a.keep(func(st *nodeState) { st.LastPiece = max(st.LastPiece, p.Add.Number) }); err != nil {
+			log.Error(err, "keeping the piece number across restarts", "piece", p.Add.Number)
+		}
 	}
 	add := func() error {
 		if p.Add == nil {
@@ -262,18 +270,52 @@ func effectiveResources(pool *v1alpha1.SandboxPool) corev1.ResourceList {
 	return pool.Spec.ResourcePolicy.Resources.DeepCopy()
 }
 
-// appliedResources is what node-ctl runs for this pool, nil when it runs nothing for it.
-func appliedResources(st *api.State, pool *v1alpha1.SandboxPool) corev1.ResourceList {
-	if st == nil || !st.Applied() || st.Pool.UID != string(pool.UID) {
-		return nil
+// enforcement is what node-ctl may be enforcing for a pool, as far as the agent knows.
+type enforcement struct {
+	// applied is the most node-ctl may be enforcing: of what it last reported applied and of
+	// the config the agent last wrote (node-ctl may take that at any reload or restart,
+	// whether or not the agent heard it answer). nil when neither is for the pool.
+	applied corev1.ResourceList
+	// reported is what node-ctl last reported applied, nil when it reported nothing for the
+	// pool.
+	reported corev1.ResourceList
+	// confirmed: node-ctl reported applying the config the agent last wrote.
+	confirmed bool
+}
+
+// enforced is what node-ctl may be enforcing for pool. A node-ctl that does not answer is
+// never taken to enforce nothing: what it last reported counts, from this agent's polls or,
+// before the first one answered, as kept in the state file from before the agent's start.
+func (a *Agent) enforced(pool *v1alpha1.SandboxPool) enforcement {
+	a.mu.Lock()
+	rep := reportedOf(a.nc.State)
+	if a.nc.State == nil {
+		rep = a.kept.NodeCtl
 	}
+	sent := a.sent
+	a.mu.Unlock()
+	var e enforcement
+	if rep != nil && rep.Pool.UID == string(pool.UID) {
+		e.reported = quantities(rep.Resources)
+	}
+	var written corev1.ResourceList
+	if sent != nil && sent.Pool.UID == string(pool.UID) {
+		written = quantities(sent.Resources)
+	}
+	e.confirmed = e.reported != nil && (written == nil || maps.Equal(rep.Resources, sent.Resources))
+	if e.reported != nil || written != nil {
+		e.applied = maxOf(e.reported, written)
+	}
+	return e
+}
+
+// quantities parses a node-ctl resource map; a quantity that does not parse is left out.
+func quantities(m map[string]string) corev1.ResourceList {
 	out := corev1.ResourceList{}
-	for k, v := range st.AppliedResources {
-		q, err := resource.ParseQuantity(v)
-		if err != nil {
-			return nil
+	for k, v := range m {
+		if q, err := resource.ParseQuantity(v); err == nil {
+			out[corev1.ResourceName(k)] = q
 		}
-		out[corev1.ResourceName(k)] = q
 	}
 	return out
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,9 +19,12 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/agentcube/sandboxpool/agent/manifest"
-	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
+
+// rejectionCheckAfter is how long after a piece's file was written its rejection is first
+// looked for in kubelet's events.
+const rejectionCheckAfter = pendingRecheck
 
 // kubeletComponent is the source of kubelet's events.
 const kubeletComponent = "kubelet"
@@ -27,15 +32,14 @@ const kubeletComponent = "kubelet"
 // observed is what a pass reads about a pool's lock.
 type observed struct {
 	pieces []piece
-	// mirrors are the pool's placeholder mirror pods by name.
+	// mirrors are the pool's placeholder mirror pods by name: only mirror pods of this
+	// node's static pods in the placeholder pods' namespace (ownMirror).
 	mirrors map[string]*corev1.Pod
 	// files are the pool's manifests by piece number.
 	files map[int]manifest.File
 	// broken are the numbers of the pool's files that cannot be read as manifests.
 	broken []int
-	// next is the number of the next piece: above every number on disk and every mirror
-	// pod of the node's placeholder pods, so no new piece shares the name of a pod kubelet
-	// may still be stopping.
+	// next is the number of the next piece (nextPiece).
 	next int
 }
 
@@ -53,6 +57,28 @@ func (a *Agent) mirrorName(number int) string {
 	return manifest.PodName(number) + "-" + a.opts.NodeName
 }
 
+// ownMirror reports whether p is the mirror pod of one of this node's static pods in the
+// placeholder pods' namespace: the only pods that can be pieces of a lock. A pod anyone else
+// creates may carry a piece's name, labels, annotations and RuntimeClass, but not all of
+// this: only a node may create a mirror pod of its own, and only the cluster's admins may
+// create pods in that namespace.
+func (a *Agent) ownMirror(p *corev1.Pod) bool {
+	return p.Namespace == a.opts.PodNamespace && p.Spec.NodeName == a.opts.NodeName &&
+		p.Annotations[manifest.AnnotationConfigMirror] != "" &&
+		p.Annotations[manifest.AnnotationConfigSource] == manifest.ConfigSourceFile
+}
+
+// mirrorOf reports whether mirror, one of the node's own mirror pods, mirrors the static pod
+// of the manifest f: kubelet sets its config.mirror annotation to that pod's UID, the
+// manifest's metadata.uid. A manifest of an agent before the UID was set has none; its
+// manifest-hash annotation, which the mirror pod carries too, stands in.
+func mirrorOf(mirror *corev1.Pod, f manifest.File) bool {
+	if f.UID != "" {
+		return mirror.Annotations[manifest.AnnotationConfigMirror] == string(f.UID)
+	}
+	return mirror.Annotations[v1alpha1.AnnotationManifestHash] == f.Hash
+}
+
 // observe reads the pool's pieces: the manifests on disk, their mirror pods, what the shim
 // said, and, for a piece kubelet has neither admitted nor started, whether it rejected it.
 func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observed, error) {
@@ -61,7 +87,7 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 	for _, err := range errs {
 		log.Error(err, "a manifest of the pool cannot be read")
 	}
-	o := observed{mirrors: map[string]*corev1.Pod{}, files: map[int]manifest.File{}, next: 1}
+	o := observed{mirrors: map[string]*corev1.Pod{}, files: map[int]manifest.File{}}
 	if len(errs) > 0 {
 		o.broken = a.brokenPieces(pool.Name, files)
 	}
@@ -69,60 +95,179 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 	if err := a.client.List(ctx, &pods, client.MatchingFields{indexNode: a.opts.NodeName}); err != nil {
 		return o, fmt.Errorf("listing the placeholder pods: %w", err)
 	}
+	used := map[int]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if n, ok := a.pieceNumber(p.Name); ok && n >= o.next {
-			o.next = n + 1
+		if !a.ownMirror(p) {
+			continue
+		}
+		if n, ok := a.pieceNumber(p.Name); ok {
+			used[n] = true
 		}
 		if p.Annotations[v1alpha1.AnnotationPoolName] == pool.Name {
 			o.mirrors[p.Name] = p
 		}
 	}
+	now := a.opts.Clock.Now()
 	for _, f := range files {
 		o.files[f.Piece] = f
-		if f.Piece >= o.next {
-			o.next = f.Piece + 1
-		}
-		pc := piece{Number: f.Piece, Res: f.Resources}
-		pc.Trusted = f.PoolUID == string(pool.UID) && f.Verify() == nil
-		if want, err := manifest.Render(a.pieceSpec(pool, f.Piece, f.Resources)); err == nil {
-			pc.Current = bytes.Equal(want, f.Data)
-		}
-		name := a.mirrorName(f.Piece)
-		mirror := o.mirrors[name]
-		switch {
-		case mirror != nil && mirror.DeletionTimestamp == nil && mirror.Annotations[v1alpha1.AnnotationManifestHash] == f.Hash:
-			switch mirror.Status.Phase {
-			case corev1.PodFailed, corev1.PodSucceeded:
-				pc.State, pc.Reason = pieceRejected, podFailure(mirror)
-			case corev1.PodRunning:
-				pc.State = pieceAdmitted
-				if podReady(mirror) {
-					pc.State = pieceRunning
-				}
-			default:
-				pc.State = pieceAdmitted
-			}
-		case a.shimRuns(name, string(pool.UID)):
-			// kubelet runs it (the shim started it and lives) although its mirror pod is
-			// gone or being replaced: it still holds its part in kubelet, not yet in the
-			// scheduler.
-			pc.State, pc.Unseen = pieceRunning, true
-		default:
-			pc.State = piecePending
-			if reason, ok := a.kubeletRejection(ctx, name, f.ModTime); ok {
-				pc.State, pc.Reason = pieceRejected, reason
-			}
-		}
-		o.pieces = append(o.pieces, pc)
+		used[f.Piece] = true
+		o.pieces = append(o.pieces, a.observePiece(ctx, pool, f, o.mirrors[a.mirrorName(f.Piece)], now))
 	}
-	a.mu.Lock()
-	o.next = max(o.next, a.poolStateLocked(pool.Name).lastPiece+1)
-	a.mu.Unlock()
-	if o.next > manifest.MaxPiece {
-		return o, fmt.Errorf("piece numbers of pool %s are used up (%d): remove its manifests and restart the agent", pool.Name, manifest.MaxPiece)
+	a.forgetRan(pool.Name, o.files)
+	next, err := a.nextPiece(used)
+	o.next = next
+	if err != nil {
+		return o, fmt.Errorf("numbering the next piece of pool %s: %w", pool.Name, err)
 	}
 	return o, nil
+}
+
+// observePiece is what kubelet has made of the piece of the manifest f, given its mirror
+// pod (nil when the node has none of its name).
+func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f manifest.File, mirror *corev1.Pod, now time.Time) piece {
+	pc := piece{Number: f.Piece, Res: f.Resources}
+	pc.Trusted = f.PoolUID == string(pool.UID) && f.Verify() == nil
+	if want, err := manifest.Render(a.pieceSpec(pool, f.Piece, f.Resources)); err == nil {
+		pc.Current = bytes.Equal(want, f.Data)
+	}
+	name := a.mirrorName(f.Piece)
+	if mirror != nil && (mirror.DeletionTimestamp != nil || !mirrorOf(mirror, f)) {
+		mirror = nil
+	}
+	// The shim started the static pod of this manifest and its process lives.
+	runs := a.shimRuns(name, string(pool.UID), f.UID)
+	switch {
+	case mirror != nil:
+		switch mirror.Status.Phase {
+		case corev1.PodFailed, corev1.PodSucceeded:
+			pc.State, pc.Reason = pieceRejected, podFailure(mirror)
+		case corev1.PodRunning:
+			pc.State = pieceAdmitted
+			if podReady(mirror) {
+				pc.State = pieceRunning
+			}
+		default:
+			// A mirror pod kubelet has created again (after a deletion) has no status from
+			// kubelet until its next status sync, up to 10 s later: for a piece this agent
+			// has seen run, the shim's word that the pod still runs is what kubelet knows
+			// already. Once kubelet has written a status, it says. A new piece runs when
+			// kubelet says so.
+			pc.State = pieceAdmitted
+			if runs && len(mirror.Status.Conditions) == 0 && a.ranBefore(pool.Name, f.UID) {
+				pc.State = pieceRunning
+			}
+		}
+	case runs:
+		// kubelet runs it (the shim started it and lives) although its mirror pod is
+		// gone or being replaced: it still holds its part in kubelet, not yet in the
+		// scheduler.
+		pc.State, pc.Unseen = pieceRunning, true
+	default:
+		pc.State = piecePending
+		// kubelet refuses a static pod as it reads its file: a pass right after the write
+		// finds no word of it either way (a request for nothing at every new piece). A
+		// piece still pending is looked at on the pass after (pendingRecheck).
+		if now.Sub(f.ModTime) < rejectionCheckAfter {
+			break
+		}
+		if reason, ok := a.kubeletEvent(ctx, name, f, admissionRejection); ok {
+			pc.State, pc.Reason = pieceRejected, reason
+		}
+	}
+	if pc.State == pieceRunning && !pc.Unseen && f.UID != "" {
+		a.noteRan(pool.Name, f.UID)
+	}
+	if pc.Trusted && (pc.State == piecePending || pc.State == pieceAdmitted) &&
+		now.Sub(laterOf(f.ModTime, a.started)) >= a.opts.PieceStartTimeout {
+		pc.Unrunnable = true
+		pc.Reason = "kubelet has not run it within " + a.opts.PieceStartTimeout.String() + " of its manifest"
+		if word, ok := a.kubeletEvent(ctx, name, f, func(string) bool { return true }); ok {
+			pc.Reason += "; kubelet's last word: " + word
+		}
+	}
+	return pc
+}
+
+// noteRan records that the static pod uid of pool ran, its mirror pod in the API server.
+func (a *Agent) noteRan(pool string, uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.poolStateLocked(pool)
+	if st.ran == nil {
+		st.ran = map[types.UID]bool{}
+	}
+	st.ran[uid] = true
+}
+
+// ranBefore reports whether this agent has seen the static pod uid of pool run.
+func (a *Agent) ranBefore(pool string, uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return uid != "" && a.poolStateLocked(pool).ran[uid]
+}
+
+// forgetRan drops what the agent remembers of pool's pods that ran, but of the manifests it
+// has now.
+func (a *Agent) forgetRan(pool string, files map[int]manifest.File) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	have := map[types.UID]bool{}
+	for _, f := range files {
+		have[f.UID] = true
+	}
+	maps.DeleteFunc(a.poolStateLocked(pool).ran, func(uid types.UID, _ bool) bool { return !have[uid] })
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// nextPiece is the number of the next piece: above the highest number the agent has
+// written on the node (kept across its restarts) and every number in used (the pool's files
+// and the node's own placeholder mirror pods, of any pool), so no new piece shares the name
+// of a pod kubelet may still be stopping. Past MaxPiece it takes the lowest number none of
+// them uses: numbers cannot run out, whatever names the pods on the node have.
+func (a *Agent) nextPiece(used map[int]bool) (int, error) {
+	a.mu.Lock()
+	n := a.kept.LastPiece + 1
+	for name, st := range a.shim {
+		if st.Started {
+			if m, ok := a.pieceNumber(name); ok {
+				used[m] = true
+			}
+		}
+	}
+	a.mu.Unlock()
+	for u := range used {
+		n = max(n, u+1)
+	}
+	if n <= manifest.MaxPiece {
+		return n, nil
+	}
+	a.usedOnDisk(used)
+	for m := 1; m <= manifest.MaxPiece; m++ {
+		if !used[m] {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("all %d piece numbers are in use on the node", manifest.MaxPiece)
+}
+
+// usedOnDisk adds the numbers of every manifest file in the directory, of any pool.
+func (a *Agent) usedOnDisk(used map[int]bool) {
+	entries, err := os.ReadDir(a.opts.ManifestDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if _, n, ok := manifest.ParseFileName(e.Name()); ok {
+			used[n] = true
+		}
+	}
 }
 
 // brokenPieces are the numbers of the files named as pool's manifests that are not among
@@ -148,12 +293,15 @@ func (a *Agent) pieceNumber(mirror string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
+	if rest == manifest.PodName(0) {
+		return 0, true // the single pod of agents before pieces
+	}
 	rest, ok = strings.CutPrefix(rest, v1alpha1.PlaceholderPodName+"-")
 	if !ok {
 		return 0, false
 	}
-	var n int
-	if _, err := fmt.Sscanf(rest, "%d", &n); err != nil || manifest.PodName(n) != v1alpha1.PlaceholderPodName+"-"+rest {
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 1 || strconv.Itoa(n) != rest {
 		return 0, false
 	}
 	return n, true
@@ -184,10 +332,13 @@ func admissionRejection(reason string) bool {
 	return strings.HasPrefix(reason, "OutOf")
 }
 
-// kubeletRejection looks, for a piece kubelet shows nothing of, for kubelet's event saying
-// its admission refused it: a rejected static pod gets no mirror pod, so the event is the
-// only word of it in the API. Events older than the file are of an earlier pod of the name.
-func (a *Agent) kubeletRejection(ctx context.Context, mirror string, written time.Time) (string, bool) {
+// kubeletEvent is the newest Warning event kubelet on this node posted about the static pod
+// of manifest f (its pod called mirror) whose reason passes match, since f was written: its
+// reason and message. A static pod kubelet refuses gets no mirror pod, so an event is the
+// only word of it in the API. Only an event that names the static pod's UID (the manifest's
+// metadata.uid) and comes from this node's kubelet counts; events older than the file are
+// of an earlier pod of the name.
+func (a *Agent) kubeletEvent(ctx context.Context, mirror string, f manifest.File, match func(reason string) bool) (string, bool) {
 	var events corev1.EventList
 	err := a.reader.List(ctx, &events, client.InNamespace(a.opts.PodNamespace),
 		client.MatchingFields{"involvedObject.name": mirror})
@@ -195,12 +346,19 @@ func (a *Agent) kubeletRejection(ctx context.Context, mirror string, written tim
 		logf.FromContext(ctx).V(1).Info("reading kubelet's events of a placeholder pod", "pod", mirror, "error", err.Error())
 		return "", false
 	}
-	since := written.Truncate(time.Second)
+	return newestKubeletEvent(events.Items, a.opts.NodeName, f, match)
+}
+
+// newestKubeletEvent is the newest of events that node's kubelet posted about the static
+// pod of f since f was written, as a Warning whose reason passes match: its reason and
+// message.
+func newestKubeletEvent(events []corev1.Event, node string, f manifest.File, match func(reason string) bool) (string, bool) {
+	since := f.ModTime.Truncate(time.Second)
 	var found *corev1.Event
-	for i := range events.Items {
-		e := &events.Items[i]
-		if e.Type != corev1.EventTypeWarning || !admissionRejection(e.Reason) ||
-			(e.Source.Component != kubeletComponent && e.ReportingController != kubeletComponent) {
+	for i := range events {
+		e := &events[i]
+		if e.Type != corev1.EventTypeWarning || !match(e.Reason) || !fromKubelet(e, node) ||
+			(f.UID != "" && e.InvolvedObject.UID != f.UID) {
 			continue
 		}
 		if at := eventTime(e); at.Before(since) || (found != nil && at.Before(eventTime(found))) {
@@ -212,6 +370,17 @@ func (a *Agent) kubeletRejection(ctx context.Context, mirror string, written tim
 		return "", false
 	}
 	return found.Reason + ": " + found.Message, true
+}
+
+// fromKubelet reports whether e says it comes from node's kubelet.
+func fromKubelet(e *corev1.Event, node string) bool {
+	switch {
+	case e.Source.Component == kubeletComponent:
+		return e.Source.Host == node
+	case e.ReportingController == kubeletComponent:
+		return e.ReportingInstance == node
+	}
+	return false
 }
 
 func eventTime(e *corev1.Event) time.Time {
@@ -240,12 +409,16 @@ func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, piec
 	for _, n := range pieces {
 		names[a.mirrorName(n)] = true
 	}
-	return roomOf(&node, pods.Items, naming.LabelValue(pool.Name), names), nil
+	own := func(p *corev1.Pod) bool {
+		return a.ownMirror(p) && p.Annotations[v1alpha1.AnnotationPoolName] == pool.Name
+	}
+	return roomOf(&node, pods.Items, own, names), nil
 }
 
-// roomOf computes the room from the node and its pods; poolLabel marks this pool's pods,
-// and pieces names the mirror pods of its lock's pieces (the others of its pods are leaving).
-func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string, pieces map[string]bool) *room {
+// roomOf computes the room from the node and its pods; own tells this pool's placeholder
+// pods, and pieces names the mirror pods of its lock's pieces (the others of its pods are
+// leaving).
+func roomOf(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, pieces map[string]bool) *room {
 	r := &room{Allocatable: node.Status.Allocatable.DeepCopy(), Free: node.Status.Allocatable.DeepCopy(),
 		Holders: map[corev1.ResourceName][]holder{}, Leaving: corev1.ResourceList{}}
 	maxPods := node.Status.Allocatable.Pods().Value()
@@ -257,7 +430,7 @@ func roomOf(node *corev1.Node, pods []corev1.Pod, poolLabel string, pieces map[s
 		}
 		count++
 		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
-		own := p.Labels[v1alpha1.LabelPoolName] == poolLabel && poolLabel != ""
+		own := own(p)
 		if own && !pieces[p.Name] {
 			addTo(r.Leaving, req)
 			r.LeavingPods++

@@ -77,6 +77,10 @@ type resizeNotes struct {
 	rejections    int
 	lastRejection string
 	inProgress    bool
+	// unrunnable is why a piece of the pool's spec of generation unrunnableGen could not be
+	// run, until a piece runs and the pool is synced, or the spec changes.
+	unrunnable    string
+	unrunnableGen int64
 }
 
 // noteRejection records that kubelet refused a piece of pool, for the backoff, and says so.
@@ -90,8 +94,34 @@ func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc piece) {
 		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), resourcesText(pc.Res), pc.Reason)
 }
 
-// rejectionBackoff reports whether kubelet refused a piece of pool too recently to ask
-// again, and its word then.
+// noteUnrunnable records that kubelet did not run a piece of pool within the bound and the
+// piece is removed: the next one waits for the backoff, and the pool is reported Degraded
+// until a piece of this spec runs or the spec changes.
+func (a *Agent) noteUnrunnable(pool *v1alpha1.SandboxPool, pc piece) {
+	why := "kubelet cannot run placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
+	a.mu.Lock()
+	n := &a.poolStateLocked(pool.Name).resize
+	n.rejectedAt, n.rejections = a.opts.Clock.Now(), n.rejections+1
+	n.lastRejection, n.unrunnable, n.unrunnableGen = why, why, pool.Generation
+	a.mu.Unlock()
+	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodUnrunnable.String(), ActionResize,
+		"%s (%s); removed, the pods that run keep the lock, tried again after a backoff", why, resourcesText(pc.Res))
+}
+
+// unrunnable is why a piece of pool's current spec could not be run, "" when none could not
+// since the pool was last synced.
+func (a *Agent) unrunnable(pool *v1alpha1.SandboxPool) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := &a.poolStateLocked(pool.Name).resize
+	if n.unrunnableGen != pool.Generation {
+		n.unrunnable = ""
+	}
+	return n.unrunnable
+}
+
+// rejectionBackoff reports whether kubelet refused a piece of pool (or could not run one)
+// too recently to ask again, and its word then.
 func (a *Agent) rejectionBackoff(pool string) (bool, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -137,7 +167,7 @@ func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
 				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, EventReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
 			})
 		}
-		n.inProgress, n.rejections, n.lastRejection = false, 0, ""
+		n.inProgress, n.rejections, n.lastRejection, n.unrunnable = false, 0, "", ""
 	}
 	a.mu.Unlock()
 	for _, e := range events {

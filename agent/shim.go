@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +15,9 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 )
@@ -40,26 +43,66 @@ func forPool(id *v1.Identity) string {
 
 func (s shimService) Create(ctx context.Context, req *v1.CreateRequest) (*v1.CreateResponse, error) {
 	shimCalls.WithLabelValues("Create").Inc()
-	pool := forPool(req.GetIdentity())
-	if pool == "" {
+	if forPool(req.GetIdentity()) == "" {
 		return &v1.CreateResponse{}, nil
 	}
-	a := s.a
-	p, err := a.pool(ctx, pool)
-	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("pool %s of pod %s/%s: %w", pool, req.Identity.GetPodNamespace(), req.Identity.GetPodName(), errdefs.ErrNotFound))
+	if err := s.a.ownSandbox(ctx, req.Identity); err != nil {
+		return nil, errgrpc.ToGRPC(err)
 	}
-	if uid := req.Identity.GetPoolUid(); uid != "" && uid != string(p.UID) {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("pod %s/%s belongs to pool %s with UID %s, the pool now has UID %s: %w",
-			req.Identity.GetPodNamespace(), req.Identity.GetPodName(), pool, uid, p.UID, errdefs.ErrFailedPrecondition))
-	}
-	a.setShim(req.Identity, shimState{})
+	s.a.setShim(req.Identity, shimState{})
 	return &v1.CreateResponse{}, nil
 }
 
-func (s shimService) Start(_ context.Context, req *v1.StartRequest) (*v1.StartResponse, error) {
+// ownSandbox checks that id, a sandbox that names a pool, is the static pod of a manifest
+// the agent wrote for that pool of its node: in the placeholder pods' namespace, named as
+// that manifest's pod on this node, with the manifest's UID (kubelet keeps a static pod's
+// metadata.uid, and CRI passes it on). A pod anyone else creates may carry a pool's name,
+// UID and RuntimeClass, but never that UID: the API server gives every pod a UID of its own.
+func (a *Agent) ownSandbox(ctx context.Context, id *v1.Identity) error {
+	pool, pod := id.GetPoolName(), id.GetPodNamespace()+"/"+id.GetPodName()
+	if id.GetPodNamespace() != a.opts.PodNamespace {
+		return fmt.Errorf("pod %s names pool %s but is not in the placeholder pods' namespace %s: %w", pod, pool, a.opts.PodNamespace, errdefs.ErrPermissionDenied)
+	}
+	p, err := a.pool(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("pool %s of pod %s: %w", pool, pod, errdefs.ErrNotFound)
+	}
+	if uid := id.GetPoolUid(); uid != string(p.UID) {
+		return fmt.Errorf("pod %s belongs to pool %s with UID %s, the pool now has UID %s: %w", pod, pool, uid, p.UID, errdefs.ErrFailedPrecondition)
+	}
+	f, err := a.pieceFile(pool, id.GetPodName())
+	if err != nil {
+		return fmt.Errorf("pod %s is not a placeholder pod of pool %s on this node: %w: %w", pod, pool, err, errdefs.ErrPermissionDenied)
+	}
+	if f.PoolUID != string(p.UID) || (f.UID != "" && string(f.UID) != id.GetPodUid()) {
+		return fmt.Errorf("pod %s (UID %s) is not the static pod of %s (UID %s, pool UID %s): %w",
+			pod, id.GetPodUid(), f.Path, f.UID, f.PoolUID, errdefs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+// pieceFile reads the manifest of pool whose pod kubelet names mirror on this node.
+func (a *Agent) pieceFile(pool, mirror string) (manifest.File, error) {
+	n, ok := a.pieceNumber(mirror)
+	if !ok {
+		return manifest.File{}, fmt.Errorf("%s is not the name of a placeholder pod of node %s", mirror, a.opts.NodeName)
+	}
+	f, err := manifest.Read(filepath.Join(a.opts.ManifestDir, manifest.FileName(pool, n)))
+	if err != nil {
+		return manifest.File{}, err
+	}
+	if f.PoolName != pool {
+		return manifest.File{}, fmt.Errorf("%s is a manifest of pool %s", f.Path, f.PoolName)
+	}
+	return f, nil
+}
+
+func (s shimService) Start(ctx context.Context, req *v1.StartRequest) (*v1.StartResponse, error) {
 	shimCalls.WithLabelValues("Start").Inc()
 	if forPool(req.GetIdentity()) != "" {
+		if err := s.a.ownSandbox(ctx, req.Identity); err != nil {
+			return nil, errgrpc.ToGRPC(err)
+		}
 		st := shimState{Started: true, PID: int(req.GetShimPid())}
 		st.startTime, _ = processStartTime(st.PID)
 		if cur, ok := s.a.shimFor(req.Identity.GetPodName()); ok && cur.Started && !cur.Exited && cur.PID == st.PID &&
@@ -178,17 +221,26 @@ func (s shimState) alive() bool {
 }
 
 // podStopped records that a pod stopped, if the call is about the pod the agent last saw
-// under that name (a late call about an older pod changes nothing).
+// under that name (a late call about an older pod changes nothing), or, when the agent saw
+// none since it started, about the static pod of one of the pool's manifests. A call about
+// any other pod changes nothing.
 func (a *Agent) podStopped(id *v1.Identity) {
-	if forPool(id) == "" {
+	if forPool(id) == "" || id.GetPodNamespace() != a.opts.PodNamespace {
 		return
 	}
 	a.mu.Lock()
 	cur, ok := a.shim[id.GetPodName()]
 	a.mu.Unlock()
-	if !ok || cur.PodUID == id.GetPodUid() {
-		a.setShim(id, shimState{})
+	if ok && cur.PodUID != id.GetPodUid() {
+		return
 	}
+	if !ok {
+		f, err := a.pieceFile(id.GetPoolName(), id.GetPodName())
+		if err != nil || (f.UID != "" && string(f.UID) != id.GetPodUid()) {
+			return
+		}
+	}
+	a.setShim(id, shimState{})
 }
 
 // setShim records st for the pod of id and re-runs its pool's pass.
@@ -210,10 +262,10 @@ func (a *Agent) shimFor(name string) (shimState, bool) {
 }
 
 // shimRuns reports whether the shim started the pod called name of the pool with poolUID
-// and its process still runs.
-func (a *Agent) shimRuns(name, poolUID string) bool {
+// (the static pod with podUID, when known) and its process still runs.
+func (a *Agent) shimRuns(name, poolUID string, podUID types.UID) bool {
 	st, ok := a.shimFor(name)
-	return ok && st.Started && !st.Exited && st.PoolUID == poolUID && st.alive()
+	return ok && st.Started && !st.Exited && st.PoolUID == poolUID && (podUID == "" || st.PodUID == string(podUID)) && st.alive()
 }
 
 // checkShims marks the started pods whose shim process is gone, and re-runs their pools'

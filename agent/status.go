@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -80,12 +82,22 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 		}
 		st.PoolInfo.AllocatedMemoryBytes = ptr.To(allocated)
 	}
+	st.Capacity = poolCapacity(ps.plan.Lock, st.PoolInfo)
 	st.LastAppliedGeneration = pool.Status.LastAppliedGeneration
 	if ps.plan.Synced {
 		st.LastAppliedGeneration = ptr.To(pool.Generation)
 	}
 	st.Conditions = a.conditions(pool, ps)
 
+	if onItsWay(pool, prev, &st, a.opts.Clock.Now()) {
+		// Nothing to tell yet that the pool's phase would show (Pending either way); the
+		// pass comes back when the pod starts, and reports then.
+		return nil
+	}
+	if midResize(prev.applied, &st) && midResize(agentFields(pool.Status), &st) {
+		// The resize the pool shows moves on without a fault: its progress is not news.
+		return nil
+	}
 	if !ssa.StatusChanged(prev.applied, &st, volatileStatusFields...) {
 		if slices.Contains(prev.own, pool.ResourceVersion) {
 			return nil
@@ -115,6 +127,75 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 	return nil
 }
 
+// firstReportGrace is how long a new pool's first status may wait for its placeholder pod
+// to start (onItsWay).
+const firstReportGrace = 30 * time.Second
+
+// onItsWay reports whether st, the agent's first status for a pool that has none from any
+// agent, may be left unwritten: the pool is younger than firstReportGrace, and st says only
+// that its placeholder pod has not started yet, with node-ctl answering and nothing
+// deferred or refused. The controller shows such a pool Pending with or without it, and a
+// first status that waits for the pod carries it Ready in one write instead of two. A pool
+// still on its way after the grace is reported as it is.
+func onItsWay(pool *v1alpha1.SandboxPool, prev reportedStatus, st *v1alpha1.SandboxPoolStatus, now time.Time) bool {
+	if prev.applied != nil || len(agentFields(pool.Status).Conditions) > 0 || now.Sub(pool.CreationTimestamp.Time) >= firstReportGrace {
+		return false
+	}
+	for _, c := range st.Conditions {
+		switch v1alpha1.ConditionType(c.Type) {
+		case v1alpha1.ConditionPlaceholderPodReady:
+			if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonPodNotRunning.String() {
+				return false
+			}
+		case v1alpha1.ConditionNodeCtlHealthy:
+			if c.Status != metav1.ConditionTrue {
+				return false
+			}
+		case v1alpha1.ConditionResizeDeferred:
+			if c.Status != metav1.ConditionFalse {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// midResize reports whether shown (a status written before) and st both say that the same
+// resize moves without a fault: ResizeInProgress, to the same requested resources, the
+// placeholder pods ready, node-ctl answering, nothing deferred, ResourceSynced False only
+// because the pieces or node-ctl are on their way. Such a status is written as the resize
+// starts and again as it ends (or meets a fault), not at every step between (a piece added,
+// running, folded: a write each, which the phase never shows).
+func midResize(shown, st *v1alpha1.SandboxPoolStatus) bool {
+	moving := func(s *v1alpha1.SandboxPoolStatus) bool {
+		if s == nil || s.Resize == nil || s.Resize.Status != v1alpha1.ResizeInProgress {
+			return false
+		}
+		want := map[v1alpha1.ConditionType]metav1.ConditionStatus{
+			v1alpha1.ConditionResizeInProgress: metav1.ConditionTrue, v1alpha1.ConditionPlaceholderPodReady: metav1.ConditionTrue,
+			v1alpha1.ConditionNodeCtlHealthy: metav1.ConditionTrue, v1alpha1.ConditionResizeDeferred: metav1.ConditionFalse,
+			v1alpha1.ConditionResourceSynced: metav1.ConditionFalse,
+		}
+		for typ, status := range want {
+			c := meta.FindStatusCondition(s.Conditions, typ.String())
+			if c == nil || c.Status != status {
+				return false
+			}
+			if typ == v1alpha1.ConditionResourceSynced && c.Reason != v1alpha1.ReasonResizing.String() &&
+				c.Reason != v1alpha1.ReasonWaitingForKubelet.String() {
+				return false
+			}
+		}
+		return true
+	}
+	return moving(shown) && moving(st) && sameQuantity(shown.Resize.RequestedCPU, st.Resize.RequestedCPU) &&
+		sameQuantity(shown.Resize.RequestedMemory, st.Resize.RequestedMemory)
+}
+
+func sameQuantity(a, b *resource.Quantity) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && a.Cmp(*b) == 0)
+}
+
 // overrideStatus is status.override for the pool's spec.override (nil without one): the
 // source of the policy the agent applies, and since when an enabled override has been
 // applied (kept from the previous status while it stays enabled).
@@ -132,6 +213,18 @@ func overrideStatus(o *v1alpha1.Override, prev *v1alpha1.OverrideStatus, now met
 		st.OverriddenAt = &at
 	}
 	return st
+}
+
+// poolCapacity is status.capacity: what the pool's admitted placeholder pods hold (the
+// lock, as kubelet and the scheduler count it) and the memory in use that poolInfo reports.
+// It changes only with the lock, which the ResizeInProgress message names, and with
+// poolInfo: it never causes a write of its own.
+func poolCapacity(lock corev1.ResourceList, info *v1alpha1.PoolInfo) *v1alpha1.PoolCapacity {
+	c := &v1alpha1.PoolCapacity{CPU: ptr.To(lock.Cpu().DeepCopy()), Memory: ptr.To(lock.Memory().DeepCopy())}
+	if info != nil && info.AllocatedMemoryBytes != nil {
+		c.AllocatedMemory = ptr.To(v1alpha1.MebibytesUp(*info.AllocatedMemoryBytes))
+	}
+	return c
 }
 
 // shownPod is the placeholder pod status.placeholderPod shows: the newest running piece's
@@ -158,7 +251,7 @@ var volatileStatusFields = []string{"placeholderAgent.lastHeartbeat", "nodeCtl.l
 // agentFields is the part of a pool's status the agent owns (docs/design.md §4), as read back.
 func agentFields(s v1alpha1.SandboxPoolStatus) *v1alpha1.SandboxPoolStatus {
 	own := &v1alpha1.SandboxPoolStatus{PlaceholderPod: s.PlaceholderPod, PlaceholderAgent: s.PlaceholderAgent,
-		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, PoolInfo: s.PoolInfo,
+		Override: s.Override, Resize: s.Resize, NodeCtl: s.NodeCtl, Capacity: s.Capacity, PoolInfo: s.PoolInfo,
 		LastAppliedGeneration: s.LastAppliedGeneration}
 	for _, c := range s.Conditions {
 		if isAgentCondition(c.Type) {
@@ -198,6 +291,8 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 	switch {
 	case plan.Synced:
 		set(v1alpha1.ConditionResourceSynced, true, v1alpha1.ReasonSynced, "node-ctl and the placeholder pods hold the pool's resources")
+	case plan.Unrunnable != "":
+		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonPodUnrunnable, plan.Unrunnable)
 	case plan.Deferred != "":
 		set(v1alpha1.ConditionResourceSynced, false, v1alpha1.ReasonResizeDeferred, plan.Reason)
 	case ps.nodeCtlErr != nil:
@@ -212,7 +307,7 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 
 	// A resize in progress moves without a fault: node-ctl answers and takes its configs.
 	// The pool stays Ready meanwhile (the old lock holds); a fault makes it Degraded.
-	inProgress := !plan.Synced && plan.Deferred == "" && ps.nodeCtlErr == nil && nc.Healthy
+	inProgress := !plan.Synced && plan.Deferred == "" && plan.Unrunnable == "" && ps.nodeCtlErr == nil && nc.Healthy
 	reason = v1alpha1.ReasonNoResize
 	if inProgress {
 		reason = v1alpha1.ReasonResizeInProgress
@@ -228,14 +323,16 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 }
 
 // readiness is PlaceholderPodReady: the pool's placeholder pods run, as their mirror pods
-// and the shim both say, and hold at least what node-ctl runs. A pod added for a resize
-// that is not running yet does not count against it; a running one that broke does.
+// and the shim both say, and hold at least what node-ctl may be running in both counts:
+// kubelet's (it runs them) and the scheduler's (their mirror pods are in the API server).
+// A pod added for a resize that is not running yet does not count against it; a running one
+// that broke does.
 func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 	type why struct {
 		reason v1alpha1.ConditionReason
 		msg    string
 	}
-	var broken, waiting *why
+	var broken, missing, waiting *why
 	covered := corev1.ResourceList{}
 	var running []string
 	for _, pc := range ps.obs.pieces {
@@ -249,6 +346,9 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 			if broken == nil || broken.reason != v1alpha1.ReasonShimExited {
 				broken = &why{v1alpha1.ReasonShimStopped, "the placeholder shim stopped " + name}
 			}
+		case pc.State == pieceRunning && pc.Unseen:
+			missing = &why{v1alpha1.ReasonMirrorPodMissing, "the scheduler does not count " + name +
+				": kubelet runs it, but its mirror pod is not in the API server (kubelet creates it again on its next sync)"}
 		case pc.State == pieceRunning:
 			if pc.Trusted {
 				addTo(covered, pc.Res)
@@ -256,6 +356,10 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 			}
 		case pc.State == pieceRejected:
 			waiting = &why{v1alpha1.ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
+		case pc.Unrunnable:
+			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
+				waiting = &why{v1alpha1.ReasonPodUnrunnable, name + ": " + pc.Reason}
+			}
 		case pc.State == pieceAdmitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
 			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
 				waiting = &why{v1alpha1.ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
@@ -275,6 +379,9 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 	}
 	if len(running) > 0 && covers(covered, ps.applied) {
 		return true, v1alpha1.ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
+	}
+	if missing != nil {
+		return false, missing.reason, missing.msg
 	}
 	if waiting != nil {
 		return false, waiting.reason, waiting.msg

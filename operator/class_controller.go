@@ -124,7 +124,7 @@ func (r *ClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// with every pass of a large fan-out).
 		return ctrl.Result{RequeueAfter: continueFanOutAfter}, nil
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: res.recheck}, nil
 }
 
 // burst is the most pools one pass creates.

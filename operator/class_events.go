@@ -69,10 +69,10 @@ func (r *ClassReconciler) nodeEvents() handler.Funcs {
 }
 
 // poolChangeMattersToClass is true when a pool update changes what the class counts or owns:
-// its phase, a deferred resize, its agent's health, its spec, its labels, owner or
-// finalizers, or its deletion.
+// its phase, its capacity figures, a deferred resize, its agent's health, its spec, its
+// labels, owner or finalizers, or its deletion.
 func poolChangeMattersToClass(o, n *v1alpha1.SandboxPool) bool {
-	return o.Status.Phase != n.Status.Phase || o.Generation != n.Generation ||
+	return o.Status.Phase != n.Status.Phase || o.Generation != n.Generation || figuresOf(o) != figuresOf(n) ||
 		resizeDeferred(o) != resizeDeferred(n) ||
 		meta.IsStatusConditionFalse(o.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) !=
 			meta.IsStatusConditionFalse(n.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) ||

@@ -17,11 +17,18 @@ type classState struct {
 	// conflicted is the set of conflicting nodes last reported, so an event is emitted once
 	// per new conflict rather than on every pass.
 	conflicted map[string]bool
+	// created are the nodes whose pool this reconciler created and its cache has not shown
+	// yet, with when: the DaemonSet controller's expectations. A pass that starts before the
+	// cache caught up would otherwise create them again (AlreadyExists, then a GET each).
+	created map[string]time.Time
 	// firstBatch is the batch the next creates start with: 0 (slowStartInitialBatch) at
 	// first and after an error, else twice the last batch that fully succeeded, up to the
 	// burst cap, so a fan-out larger than the cap does not restart its slow start at 1
 	// every pass.
 	firstBatch int
+	// poolSeries are the pools whose capacity series the last pass set, with their zones,
+	// so the next removes those of pools gone or moved to another zone.
+	poolSeries map[string]string
 }
 
 // classStates holds the classState of every class the reconciler has seen. The zero value
@@ -108,4 +115,51 @@ func (s *classStates) noteFanout(class string, generation int64, outOfSync bool,
 		}
 	})
 	return d, done
+}
+
+// swapPoolSeries records the pools (and zones) whose capacity series this pass sets and
+// returns those the pass before set.
+func (s *classStates) swapPoolSeries(class string, pools map[string]poolFigures) map[string]string {
+	now := make(map[string]string, len(pools))
+	for name, f := range pools {
+		now[name] = f.zone
+	}
+	var before map[string]string
+	s.with(class, func(st *classState) { before, st.poolSeries = st.poolSeries, now })
+	return before
+}
+
+// expectCreatedFor is how long a created pool is expected in the cache before a pass may
+// create it again (a create the cache never shows, because the pool was deleted at once).
+const expectCreatedFor = 30 * time.Second
+
+// notExpected drops from nodes those whose pool the reconciler created and the cache does
+// not show yet (less than expectCreatedFor ago), and forgets the nodes cached shows.
+func (s *classStates) notExpected(class string, nodes []string, cached func(node string) bool, now time.Time) []string {
+	var out []string
+	s.with(class, func(st *classState) {
+		for node, at := range st.created {
+			if cached(node) || now.Sub(at) >= expectCreatedFor {
+				delete(st.created, node)
+			}
+		}
+		for _, n := range nodes {
+			if _, ok := st.created[n]; !ok {
+				out = append(out, n)
+			}
+		}
+	})
+	return out
+}
+
+// expectCreated records that the pools of nodes were created now.
+func (s *classStates) expectCreated(class string, nodes []string, now time.Time) {
+	s.with(class, func(st *classState) {
+		if st.created == nil {
+			st.created = map[string]time.Time{}
+		}
+		for _, n := range nodes {
+			st.created[n] = now
+		}
+	})
 }

@@ -71,3 +71,25 @@ func TestClassStates(t *testing.T) {
 		t.Errorf("a forgotten class's conflict %v is not new", got)
 	}
 }
+
+// TestCreateExpectations: a pool created and not yet in the cache is not created again by
+// the passes that follow, until the cache shows it or expectCreatedFor passes.
+func TestCreateExpectations(t *testing.T) {
+	var s classStates
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	none := func(string) bool { return false }
+	s.expectCreated("c", []string{"n1", "n2"}, now)
+	if got := s.notExpected("c", []string{"n1", "n2", "n3"}, none, now.Add(time.Second)); !slices.Equal(got, []string{"n3"}) {
+		t.Errorf("before the cache shows them: create %v, want [n3]", got)
+	}
+	if got := s.notExpected("other", []string{"n1"}, none, now); !slices.Equal(got, []string{"n1"}) {
+		t.Errorf("another class: create %v, want [n1]", got)
+	}
+	// The cache shows n1 (and a pass finds it no longer to create); n2 never shows.
+	if got := s.notExpected("c", []string{"n2"}, func(n string) bool { return n == "n1" }, now.Add(2*time.Second)); len(got) != 0 {
+		t.Errorf("n2 still expected: create %v, want none", got)
+	}
+	if got := s.notExpected("c", []string{"n1", "n2"}, none, now.Add(expectCreatedFor)); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Errorf("n1 seen, n2 expected too long: create %v, want both", got)
+	}
+}

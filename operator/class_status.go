@@ -15,12 +15,18 @@ import (
 // maxConflictsInMessage bounds the NodeConflict condition message.
 const maxConflictsInMessage = 5
 
-// updateStatus computes the class's whole status, sets the class's metrics, and applies the
-// status (field manager sandboxpool-controller) when it differs from what the class shows.
+// updateStatus computes the class's whole status (counts, capacity, conditions), sets the
+// class's and its pools' metrics, and applies the status (field manager
+// sandboxpool-controller) when it differs from what the class shows.
 func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.SandboxPoolClass, ours []*v1alpha1.SandboxPool, res syncResult, syncErr error) error {
 	want := v1alpha1.SandboxPoolClassStatus{ObservedGeneration: class.Generation}
 	counts := poolCounts{byPhase: map[v1alpha1.SandboxPoolPhase]int{}}
+	figures := make([]poolFigures, 0, len(ours))
+	byPool := make(map[string]poolFigures, len(ours))
 	for _, p := range ours {
+		f := figuresOf(p)
+		figures = append(figures, f)
+		byPool[p.Name] = f
 		counts.byPhase[p.Status.Phase]++
 		want.TotalSandboxPools++
 		if p.Status.Phase == v1alpha1.PhaseReady {
@@ -35,6 +41,9 @@ func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.Sand
 	}
 	want.NotReadySandboxPools = want.TotalSandboxPools - want.ReadySandboxPools
 	setPoolMetrics(class.Name, counts)
+	var total poolFigures
+	want.Capacity, total = classCapacity(figures)
+	setCapacityMetrics(class.Name, total, byPool, r.classes.swapPoolSeries(class.Name, byPool))
 
 	want.Conditions = append([]metav1.Condition(nil), class.Status.Conditions...)
 	conflict := metav1.Condition{Type: v1alpha1.ConditionNodeConflict.String(), ObservedGeneration: class.Generation,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -27,6 +28,9 @@ type syncResult struct {
 	plan classPlan
 	// more is true when the burst cap left creates for the next pass.
 	more bool
+	// recheck is when to look again at creates left out as expected (notExpected): the
+	// cache shows them before then, or they are made again.
+	recheck time.Duration
 	// permanent marks a syncErr that retrying cannot fix (the class must change first).
 	permanent bool
 	reason    v1alpha1.ConditionReason
@@ -69,7 +73,14 @@ func (r *ClassReconciler) sync(ctx context.Context, class *v1alpha1.SandboxPoolC
 	}
 
 	var errs []error
-	create := plan.create
+	cached := make(map[string]bool, len(ours))
+	for _, p := range ours {
+		cached[p.Spec.NodeName] = true
+	}
+	create := r.classes.notExpected(class.Name, plan.create, func(node string) bool { return cached[node] }, r.Clock.Now())
+	if len(create) < len(plan.create) {
+		res.recheck = expectCreatedFor
+	}
 	if len(create) > r.burst() {
 		create, res.more = create[:r.burst()], true
 	}
@@ -118,12 +129,14 @@ func (r *ClassReconciler) createPools(ctx context.Context, class *v1alpha1.Sandb
 		conflicts []nodeConflict
 		created   int
 	)
+	var made []string
 	_, lastOK, err := slowStartBatch(len(nodes), r.classes.firstBatch(class.Name), func(i int) error {
 		pool := newPool(class, nodes[i], snap)
 		err := r.Client.Create(ctx, pool, client.FieldOwner(v1alpha1.FieldManagerController))
 		if err == nil {
 			mu.Lock()
 			created++
+			made = append(made, nodes[i])
 			mu.Unlock()
 			return nil
 		}
@@ -140,6 +153,7 @@ func (r *ClassReconciler) createPools(ctx context.Context, class *v1alpha1.Sandb
 		return nil
 	})
 	r.classes.noteBatch(class.Name, lastOK, err, r.burst())
+	r.classes.expectCreated(class.Name, made, r.Clock.Now())
 	return created, conflicts, err
 }
 

@@ -116,6 +116,12 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if wait := r.newPoolGrace(&pool, nodeCond, agentCond, now); wait > 0 {
+		// A new pool its agent has not reported yet: the agent has a Lease TTL to do so, as
+		// it has to renew its Lease, before the controller writes anything. The agent's
+		// report brings the pool back.
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if agentCond.Reason == v1alpha1.ReasonLeaseHolderMismatch.String() {
 		if was := meta.FindStatusCondition(pool.Status.Conditions, agentCond.Type); was == nil || was.Message != agentCond.Message {
 			r.Recorder.Eventf(&pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonLeaseHolderMismatch.String(), ActionIgnoreLease, "%s", agentCond.Message)
@@ -129,13 +135,17 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if pool.Status.NodeCtl != nil {
 		downSince = pool.Status.NodeCtl.DownSince
 	}
-	everReady := pool.Annotations[v1alpha1.AnnotationEverReady] == "true"
+	// A pool was ever Ready when it is Ready now (only this controller writes the phase) or
+	// its marker says so. The marker is written as the pool first leaves Ready, before the
+	// phase that says it left: a pool that becomes Ready and stays so costs no write for it.
+	marked := pool.Annotations[v1alpha1.AnnotationEverReady] == "true"
+	everReady := marked || pool.Status.Phase == v1alpha1.PhaseReady
 	res := phase.Compute(phase.Input{
 		Conditions: conds, NodeCtlDownSince: downSince, EverReady: everReady,
 		Now: now, NodeCtlUnreadyAfter: r.NodeCtlUnreadyAfter,
 	})
 
-	if res.EverReady && !everReady {
+	if res.EverReady && !marked && res.Phase != v1alpha1.PhaseReady {
 		// Marked once, as an annotation: the controller owns only the phase and two
 		// conditions in status.
 		if err := ssa.ApplyAnnotations(ctx, r.Client, &pool, map[string]string{v1alpha1.AnnotationEverReady: "true"},
@@ -197,6 +207,22 @@ func (r *PoolReconciler) leaseEvents() handler.Funcs {
 			enqueue(e.Object, q)
 		},
 	}
+}
+
+// newPoolGrace is how long the controller leaves a new pool's status unwritten: while the
+// pool is younger than the Lease TTL, its node exists, and neither its agent nor the
+// controller has written any condition, with its Lease not there yet or renewed by its node,
+// the agent is on its way (as a Lease renewed less than a TTL ago says it is alive), and the
+// pool would only be shown Pending. Its first status then comes with the agent's report, in
+// one write. 0 means write now.
+func (r *PoolReconciler) newPoolGrace(pool *v1alpha1.SandboxPool, nodeCond, agentCond metav1.Condition, now time.Time) time.Duration {
+	switch {
+	case nodeCond.Status != metav1.ConditionFalse,
+		agentCond.Reason != v1alpha1.ReasonLeaseNotFound.String() && agentCond.Reason != v1alpha1.ReasonLeaseRenewed.String(),
+		len(pool.Status.Conditions) > 0:
+		return 0
+	}
+	return pool.CreationTimestamp.Add(r.LeaseTTL).Sub(now)
 }
 
 // agentHealthy reports whether the cache shows pool with PlaceholderAgentHealthy=True.

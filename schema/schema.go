@@ -12,7 +12,6 @@ import (
 	"path"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -50,6 +49,10 @@ type Schema struct {
 	idle chan *evaluator
 	// immutable are the fields each kind marks @crd(immutable) (ImmutableFields).
 	immutable map[Kind][]string
+
+	// rules are what the schema allows at each place of an object of each kind, read once:
+	// the words of the error messages (messages.go).
+	rules map[Kind]*ruleNode
 
 	mu   sync.Mutex // guards made and serialises the creation of evaluators
 	made int
@@ -117,9 +120,10 @@ func Compile(srcs map[string][]byte) (*Schema, error) {
 		return nil, err
 	}
 	s := &Schema{srcs: srcs, root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1,
-		immutable: map[Kind][]string{}}
+		immutable: map[Kind][]string{}, rules: map[Kind]*ruleNode{}}
 	for _, k := range Kinds {
 		s.immutable[k] = immutableFields(first.defs[k])
+		s.rules[k] = rulesOf(first.defs[k], 0)
 	}
 	s.idle <- first
 	return s, nil
@@ -230,11 +234,11 @@ func (s *Schema) Default(kind Kind, obj []byte) ([]byte, error) {
 	defer s.release(e)
 	v := e.defs[kind].Unify(e.ctx.BuildExpr(expr))
 	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
-		return nil, toValidationError(kind, violationsOf(err))
+		return nil, s.validationError(kind, violationsOf(err), obj)
 	}
 	out, err := v.MarshalJSON()
 	if err != nil {
-		return nil, toValidationError(kind, violationsOf(err))
+		return nil, s.validationError(kind, violationsOf(err), obj)
 	}
 	return out, nil
 }
@@ -262,50 +266,26 @@ func violationsOf(err error) []violation {
 	return out
 }
 
-// toValidationError turns CUE's errors into field errors. CUE reports a failed disjunction
-// as a summary line plus one error per alternative; the schema attaches an error("...")
-// alternative with the human rule wherever that matters, so the summary and the
-// type-mismatch noise of the other alternatives are dropped when a rule message exists.
-func toValidationError(kind Kind, vs []violation) *ValidationError {
+// validationError turns CUE's errors about obj into one field error per bad field, worded
+// as the API server words its own (messages.go).
+func (s *Schema) validationError(kind Kind, vs []violation, obj []byte) *ValidationError {
 	byPath := map[string][]string{}
+	sels := map[string][]string{}
 	var order []string
 	for _, v := range vs {
 		p := fieldPath(v.path)
 		if _, seen := byPath[p]; !seen {
 			order = append(order, p)
+			sels[p] = v.path
 		}
 		byPath[p] = append(byPath[p], v.msg)
 	}
 	ve := &ValidationError{Kind: kind}
 	for _, p := range order {
-		for _, m := range cleanMessages(byPath[p]) {
-			ve.Fields = append(ve.Fields, FieldError{Path: p, Msg: m})
-		}
+		value, present := valueAt(obj, sels[p])
+		ve.Fields = append(ve.Fields, s.rules[kind].fieldError(sels[p], byPath[p], value, present))
 	}
 	return ve
-}
-
-func cleanMessages(msgs []string) []string {
-	var rules, other []string
-	seen := map[string]bool{}
-	for _, m := range msgs {
-		if seen[m] {
-			continue
-		}
-		seen[m] = true
-		switch {
-		case strings.Contains(m, "errors in empty disjunction"):
-		case strings.HasPrefix(m, "conflicting values") && strings.Contains(m, "mismatched types"):
-			other = append(other, m)
-		default:
-			rules = append(rules, m)
-		}
-	}
-	if len(rules) == 0 {
-		rules = other
-	}
-	sort.Strings(rules)
-	return rules
 }
 
 func fieldPath(sels []string) string {

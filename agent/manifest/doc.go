@@ -10,7 +10,8 @@
 // The package is the whole life of those files and nothing else:
 //
 //   - Render turns a Spec into the manifest bytes, deterministically, with a
-//     sandbox-pool.io/manifest-hash annotation over its own content.
+//     sandbox-pool.io/manifest-hash annotation over its own content and a metadata.uid
+//     derived from it, which kubelet keeps as the static pod's UID.
 //   - Write replaces a file atomically; Ensure writes it only when it is missing or differs
 //     from what it should be; Remove deletes pieces, RemovePool all of a pool's; Replace
 //     removes pieces and writes their replacement in one instant.

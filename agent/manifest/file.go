@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -130,6 +131,9 @@ type File struct {
 	Piece int
 	// Hash is the sandbox-pool.io/manifest-hash annotation, as found (see Verify).
 	Hash string
+	// UID is metadata.uid, the static pod's UID on the node (see Render); empty in the
+	// manifests of agents before it was set, whose UID kubelet hashes itself.
+	UID types.UID
 	// Resources are the requests of the placeholder container: what the scheduler and
 	// kubelet count against the node.
 	Resources corev1.ResourceList
@@ -177,6 +181,7 @@ func Parse(path string, data []byte) (File, error) {
 		PoolName: pod.Annotations[v1alpha1.AnnotationPoolName],
 		PoolUID:  pod.Annotations[v1alpha1.AnnotationPoolUID],
 		Hash:     pod.Annotations[v1alpha1.AnnotationManifestHash],
+		UID:      pod.UID,
 		Data:     data,
 	}
 	for _, key := range []string{v1alpha1.AnnotationPoolName, v1alpha1.AnnotationPoolUID} {
@@ -226,6 +231,12 @@ func (f File) Verify() error {
 		return fmt.Errorf("verifying manifest %s: %w: %s is %s, the content hashes to %s",
 			f.Path, ErrModified, v1alpha1.AnnotationManifestHash, got, want)
 	}
+	uid := pod.UID
+	pod.UID = ""
+	if want, err := staticPodUID(pod); err != nil || uid != want {
+		return fmt.Errorf("verifying manifest %s: %w: metadata.uid is %q, not the one its content gives (%q)", f.Path, ErrModified, uid, want)
+	}
+	pod.UID = uid
 	pod.Annotations[v1alpha1.AnnotationManifestHash] = got
 	canonical, err := marshal(pod)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -47,9 +48,15 @@ const header = "# Placeholder pod of a SandboxPool, written by placeholder-agent
 //   - one container, ContainerName, running s.Image (imagePullPolicy IfNotPresent), with
 //     requests and limits both equal to s.Resources.
 //
+// metadata.uid is set (StaticPodUID): kubelet keeps the UID a static pod's manifest gives
+// instead of hashing the file, and then it is the pod's UID on the node, its
+// kubernetes.io/config.hash annotation, the mirror pod's kubernetes.io/config.mirror
+// annotation and the pod UID CRI hands the runtime. It lets the agent tell the pods and
+// sandboxes of its own manifests from any other pod that carries the same names.
+//
 // The sandbox-pool.io/manifest-hash annotation is the hex SHA-256 of the manifest Render
-// produces for the same Spec without that annotation (header included); File.Verify checks
-// it. Because it hashes the serialised bytes, a new serialisation (a different
+// produces for the same Spec without that annotation (header and uid included); File.Verify
+// checks it. Because it hashes the serialised bytes, a new serialisation (a different
 // k8s.io/api or sigs.k8s.io/yaml) may change the hash, and so the file, without any change
 // to the Spec.
 func Render(s Spec) ([]byte, error) {
@@ -57,6 +64,11 @@ func Render(s Spec) ([]byte, error) {
 		return nil, fmt.Errorf("rendering manifest of pool %q: %w", s.PoolName, err)
 	}
 	pod := s.pod()
+	uid, err := staticPodUID(pod)
+	if err != nil {
+		return nil, fmt.Errorf("rendering manifest of pool %q: %w", s.PoolName, err)
+	}
+	pod.UID = uid
 	unhashed, err := marshal(pod)
 	if err != nil {
 		return nil, fmt.Errorf("rendering manifest of pool %q: %w", s.PoolName, err)
@@ -139,6 +151,23 @@ func marshal(pod *corev1.Pod) ([]byte, error) {
 		return nil, fmt.Errorf("encoding pod: %w", err)
 	}
 	return append([]byte(header), body...), nil
+}
+
+// staticPodUIDLength is how many hex characters a static pod UID has: as many as the UIDs
+// kubelet derives itself (an FNV-128 hash), so it fits wherever kubelet puts one (the pod's
+// directory, its cgroup's name).
+const staticPodUIDLength = 32
+
+// staticPodUID is the UID of pod, which has neither a UID nor the manifest-hash annotation
+// yet: the first 32 hex characters of the SHA-256 of its serialised form. The pod names its
+// pool (with the pool's UID), node and piece, so no two manifests the agents write share a
+// UID, and a manifest with another content has another UID, as kubelet's own hashed UIDs do.
+func staticPodUID(pod *corev1.Pod) (types.UID, error) {
+	data, err := marshal(pod)
+	if err != nil {
+		return "", err
+	}
+	return types.UID(hashOf(data)[:staticPodUIDLength]), nil
 }
 
 func hashOf(data []byte) string {

@@ -388,3 +388,59 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticPodUID: each manifest carries the UID kubelet gives its static pod, 32 hex
+// characters derived from the content, so pieces of another number, pool or node (or of
+// another content) have other UIDs; Parse returns it, and a UID changed by hand, even with
+// the hash recomputed, does not verify.
+func TestStaticPodUID(t *testing.T) {
+	base := testSpec()
+	f, err := Parse("", mustRender(t, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.UID) != staticPodUIDLength || strings.Trim(string(f.UID), "0123456789abcdef") != "" {
+		t.Fatalf("UID %q, want %d hex characters", f.UID, staticPodUIDLength)
+	}
+	seen := map[string]string{string(f.UID): "base"}
+	for name, change := range map[string]func(*Spec){
+		"another piece": func(s *Spec) { s.Piece++ },
+		"another pool":  func(s *Spec) { s.PoolUID = "another-uid" },
+		"another node":  func(s *Spec) { s.NodeName = "node-z" },
+		"another size":  func(s *Spec) { s.Resources[corev1.ResourceCPU] = resource.MustParse("3") },
+	} {
+		s := testSpec()
+		change(&s)
+		g, err := Parse("", mustRender(t, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := seen[string(g.UID)]; ok {
+			t.Errorf("%s has the UID of %s: %s", name, other, g.UID)
+		}
+		seen[string(g.UID)] = name
+	}
+	if again, _ := Parse("", mustRender(t, base)); again.UID != f.UID {
+		t.Errorf("the same Spec gave UIDs %s and %s", f.UID, again.UID)
+	}
+
+	// Another UID with a hash that matches the content: the UID is not the content's.
+	pod, err := decode(f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.UID = "0123456789abcdef0123456789abcdef"
+	delete(pod.Annotations, v1alpha1.AnnotationManifestHash)
+	unhashed, err := marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[v1alpha1.AnnotationManifestHash] = hashOf(unhashed)
+	forged, err := marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (File{Path: "forged", Data: forged}).Verify(); !errors.Is(err, ErrModified) || !strings.Contains(err.Error(), "metadata.uid") {
+		t.Errorf("Verify of a manifest with another UID = %v, want ErrModified naming metadata.uid", err)
+	}
+}

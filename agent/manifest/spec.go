@@ -79,6 +79,21 @@ const MaxNodeNameLength = maxObjectNameLength - len(v1alpha1.PlaceholderPodName)
 // carries kubernetes.io/config.mirror is taken by kubelet for a mirror pod and never run.
 const kubeletConfigAnnotationPrefix = "kubernetes.io/config."
 
+// kubelet's annotations on the pods it runs (k8s.io/kubernetes/pkg/kubelet/types, v1.37.2),
+// which tell a mirror pod of one of its static pods from any other pod.
+const (
+	// AnnotationConfigMirror marks a mirror pod; its value is the UID of the static pod it
+	// mirrors (for the agent's manifests, the manifest's metadata.uid).
+	AnnotationConfigMirror = corev1.MirrorPodAnnotationKey
+	// AnnotationConfigSource is the source kubelet read a pod from: ConfigSourceFile for the
+	// static pods of its staticPodPath, "api" for the pods it reads from the API server
+	// (kubelet sets it on every pod, replacing any value the pod carried). A mirror pod
+	// carries its static pod's.
+	AnnotationConfigSource = kubeletConfigAnnotationPrefix + "source"
+	// ConfigSourceFile is AnnotationConfigSource of a static pod of kubelet's staticPodPath.
+	ConfigSourceFile = "file"
+)
+
 // Validate checks what Render needs to produce a pod kubelet accepts and a file name that
 // stays inside the manifest directory. Each error names the field (poolName, resources[cpu],
 // template.annotations[...]). The pool's own rules (quantity syntax, resource names,

@@ -29,6 +29,8 @@
 #   CONTAINERD_CONF_DIR the drop-in, a directory containerd's `imports` reads
 #                       [/etc/containerd/conf.d]
 #   CONFIG_DIR          node-ctl's config file, the agent's credentials [/etc/sandbox-pool]
+#   STATE_DIR           what the agent keeps across its restarts (--state-file)
+#                       [/var/lib/sandbox-pool]
 #   RUN_DIR             node-ctl's and the agent's sockets [/run/sandbox-pool]
 #   KUBELET_KUBECONFIG  the agent's node identity, kubelet's own [/etc/kubernetes/kubelet.conf]
 #   MANIFEST_DIR        kubelet's staticPodPath [/etc/kubernetes/manifests]
@@ -50,6 +52,7 @@ unit_dir=${UNIT_DIR:-/etc/systemd/system}
 default_dir=${DEFAULT_DIR:-/etc/default}
 containerd_conf_dir=${CONTAINERD_CONF_DIR:-/etc/containerd/conf.d}
 config_dir=${CONFIG_DIR:-/etc/sandbox-pool}
+state_dir=${STATE_DIR:-/var/lib/sandbox-pool}
 run_dir=${RUN_DIR:-/run/sandbox-pool}
 kubelet_kubeconfig=${KUBELET_KUBECONFIG:-/etc/kubernetes/kubelet.conf}
 manifest_dir=${MANIFEST_DIR:-/etc/kubernetes/manifests}
@@ -67,7 +70,7 @@ for b in containerd-shim-placeholder-v2 node-ctl placeholder-agent; do
 		exit 1
 	fi
 done
-for v in bin_dir unit_dir default_dir containerd_conf_dir config_dir run_dir kubelet_kubeconfig manifest_dir cgroup_path; do
+for v in bin_dir unit_dir default_dir containerd_conf_dir config_dir state_dir run_dir kubelet_kubeconfig manifest_dir cgroup_path; do
 	if [[ ${!v} != /* || ${!v} == *[[:space:]\#\&\\]* ]]; then
 		echo "install.sh: ${v^^} must be an absolute path without spaces, '#', '&' or '\\': ${!v}" >&2
 		exit 1
@@ -81,6 +84,7 @@ rewrite() {
 	sed -e "s#/usr/local/bin/#$bin_dir/#g" \
 		-e "s#/run/sandbox-pool/#$run_dir/#g" \
 		-e "s#/etc/sandbox-pool/#$config_dir/#g" \
+		-e "s#/var/lib/sandbox-pool/#$state_dir/#g" \
 		-e "s#/etc/default/#$default_dir/#g" \
 		-e "s#/etc/kubernetes/kubelet.conf#$kubelet_kubeconfig#g" \
 		-e "s#/etc/kubernetes/manifests#$manifest_dir#g" \
@@ -109,7 +113,7 @@ mkdir -p "$containerd_conf_dir"
 install_file 0644 <(rewrite "$deploy/containerd/placeholder.toml") "$containerd_conf_dir/placeholder.toml"
 
 echo ">> units into $unit_dir, their environment into $default_dir"
-mkdir -p "$unit_dir" "$default_dir" "$config_dir" "$run_dir"
+mkdir -p "$unit_dir" "$default_dir" "$config_dir" "$state_dir" "$run_dir"
 for u in node-ctl placeholder-agent; do
 	install_file 0644 <(rewrite "$here/$u.service") "$unit_dir/$u.service"
 done

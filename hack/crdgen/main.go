@@ -1,4 +1,5 @@
-// Command crdgen writes deploy/crds/ from the CUE schema (make generate).
+// Command crdgen writes deploy/crds/ from the CUE schema, and the field docs of the Go API
+// types from the same docs (make generate).
 package main
 
 import (
@@ -13,14 +14,15 @@ import (
 
 func main() {
 	out := flag.String("out", "deploy/crds", "directory to write the CRD YAML files to")
+	goTypes := flag.String("go-types", "", "Go file of the API types whose field docs to rewrite from the schema (none when empty)")
 	flag.Parse()
-	if err := run(*out); err != nil {
+	if err := run(*out, *goTypes); err != nil {
 		fmt.Fprintln(os.Stderr, "crdgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string) error {
+func run(out, goTypes string) error {
 	s, err := schema.Compiled()
 	if err != nil {
 		return err
@@ -41,6 +43,20 @@ func run(out string) error {
 		if err := os.WriteFile(name, b, 0o644); err != nil {
 			return fmt.Errorf("writing %s: %w", name, err)
 		}
+	}
+	if goTypes == "" {
+		return nil
+	}
+	src, err := os.ReadFile(goTypes)
+	if err != nil {
+		return fmt.Errorf("reading the Go types: %w", err)
+	}
+	documented, err := crdgen.GoDocs(s, src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", goTypes, err)
+	}
+	if err := os.WriteFile(goTypes, documented, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", goTypes, err)
 	}
 	return nil
 }

@@ -32,8 +32,14 @@ type Object struct {
 	// As is the kind whose schema the object is checked against; Kind unless the file
 	// says "# as: KIND" (an object of the wrong kind).
 	As string
-	// Error is the field path and message the schema must report ("# error: ...").
+	// Errors are the field errors the schema must report, in order, one "# error: ..." line
+	// each: the field, its value and what is allowed, as the API server words them.
+	Errors []string
+	// Error is the first of Errors.
 	Error string
+	// CUE is what the cue CLI prints about the object ("# cue: ...", its paths written as
+	// ours): the rule in the schema's words where it has some.
+	CUE string
 	// APIServer is the message the API server must answer ("# apiserver: ..."), or empty
 	// when the file names the gap instead ("# apiserver-gap: ...").
 	APIServer string
@@ -162,7 +168,12 @@ func parse(name string, b []byte) (Object, error) {
 		val = strings.TrimSpace(val)
 		switch key {
 		case "error":
-			o.Error = val
+			o.Errors = append(o.Errors, val)
+			if o.Error == "" {
+				o.Error = val
+			}
+		case "cue":
+			o.CUE = val
 		case "as":
 			o.As = val
 		case "apiserver":

@@ -47,6 +47,15 @@ const (
 	ReasonPodRejected   ConditionReason = "PodRejected"   // kubelet refused a piece
 	ReasonShimStopped   ConditionReason = "ShimStopped"   // the placeholder shim stopped a running piece
 	ReasonShimExited    ConditionReason = "ShimExited"    // the placeholder shim's process is gone without a word
+	// ReasonMirrorPodMissing: kubelet runs a piece the lock needs, but its mirror pod is not
+	// in the API server (deleted, or not created again yet), so the scheduler does not
+	// count it.
+	ReasonMirrorPodMissing ConditionReason = "MirrorPodMissing"
+	// ReasonPodUnrunnable: kubelet has not run a piece within the agent's
+	// --piece-start-timeout (a RuntimeClass or handler the node does not have, an image it
+	// cannot get); also ResourceSynced=False, which makes the pool Degraded while the pieces
+	// that run hold the lock.
+	ReasonPodUnrunnable ConditionReason = "PodUnrunnable"
 
 	// NodeCtlHealthy, and ResourceSynced=False while node-ctl does not answer.
 	ReasonNodeCtlHealthy     ConditionReason = "Healthy"     // True

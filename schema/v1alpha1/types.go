@@ -6,22 +6,45 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Field docs live in schema/*.cue (they become the CRD's kubectl explain text); the
-// comments here only say what is particular to Go.
+// The field docs below are written by make generate from schema/*.cue, the same text as the
+// CRD's descriptions (kubectl explain): edit them there. Type docs are written here and say
+// what is particular to Go.
 
 // ResourcePolicy says how much of a node is carved out for sandboxes.
 type ResourcePolicy struct {
+	// resources is the per-node quota: the placeholder pod requests exactly this and node-ctl
+	// enforces it. Must contain cpu and memory, each > 0.
 	Resources corev1.ResourceList `json:"resources"`
 }
 
 // PlaceholderPodTemplate shapes the static placeholder pod.
 type PlaceholderPodTemplate struct {
-	Annotations       map[string]string   `json:"annotations,omitempty"`
-	Tolerations       []corev1.Toleration `json:"tolerations,omitempty"`
-	RuntimeClassName  string              `json:"runtimeClassName,omitempty"`
-	Priority          *int32              `json:"priority,omitempty"`
-	PriorityClassName string              `json:"priorityClassName,omitempty"`
-	AgentImage        string              `json:"agentImage,omitempty"`
+	// annotations added to the placeholder pod, next to the sandbox-pool.io/ ones the agent
+	// sets itself.
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// tolerations of the placeholder pod, so it may run on tainted nodes.
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// runtimeClassName of the placeholder pod. The RuntimeClass must exist and its handler must
+	// be configured in containerd; "placeholder" runs the pod with no process.
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
+
+	// priority is the numeric pod priority of the placeholder pod. Static pods never resolve a
+	// priorityClassName by themselves, and kubelet's eviction ordering needs the number. It is
+	// only valid next to priorityClassName: the API server's Priority admission plugin rejects
+	// a mirror pod whose number differs from the one its PriorityClass (or the cluster default)
+	// gives, so a bare number would leave the pool without a mirror pod. On a class, leave it
+	// out; the controller writes the PriorityClass's value into each pool.
+	Priority *int32 `json:"priority,omitempty"`
+
+	// priorityClassName names a PriorityClass. On a class, the controller resolves it and
+	// writes both the name and its numeric value into each pool's snapshot, so the mirror pod
+	// passes the Priority admission plugin while kubelet sees the number.
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// agentImage is reserved for a future containerised agent; it is ignored today.
+	AgentImage string `json:"agentImage,omitempty"`
 }
 
 // +genclient
@@ -30,27 +53,91 @@ type PlaceholderPodTemplate struct {
 
 // SandboxPoolClass declares, for a set of nodes, how much of each is reserved for sandboxes.
 type SandboxPoolClass struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   SandboxPoolClassSpec   `json:"spec"`
+	// spec is the desired state of the class.
+	Spec SandboxPoolClassSpec `json:"spec"`
+
+	// status is observed by the controller.
 	Status SandboxPoolClassStatus `json:"status,omitzero"`
 }
 
 // SandboxPoolClassSpec is what a cluster admin declares.
 type SandboxPoolClassSpec struct {
-	Selector       metav1.LabelSelector   `json:"selector"`
-	ResourcePolicy ResourcePolicy         `json:"resourcePolicy"`
+	// selector picks the nodes that get a pool. Immutable: changing it would mass-delete and
+	// mass-create pools. To change the node set, relabel nodes or recreate the class.
+	Selector metav1.LabelSelector `json:"selector"`
+
+	// resourcePolicy is the per-node quota every pool of this class reserves.
+	ResourcePolicy ResourcePolicy `json:"resourcePolicy"`
+
+	// placeholderPod shapes the placeholder pod of every pool of this class.
 	PlaceholderPod PlaceholderPodTemplate `json:"placeholderPod,omitzero"`
 }
 
 // SandboxPoolClassStatus is written by the controller. The counts are always written.
 type SandboxPoolClassStatus struct {
-	ObservedGeneration   int64              `json:"observedGeneration,omitempty"`
-	TotalSandboxPools    int32              `json:"totalSandboxPools"`
-	ReadySandboxPools    int32              `json:"readySandboxPools"`
-	NotReadySandboxPools int32              `json:"notReadySandboxPools"`
-	Conditions           []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the class generation the status was computed from.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// totalSandboxPools is the number of pools this class owns.
+	TotalSandboxPools int32 `json:"totalSandboxPools"`
+
+	// readySandboxPools is the number of this class's pools in phase Ready.
+	ReadySandboxPools int32 `json:"readySandboxPools"`
+
+	// notReadySandboxPools is the number of this class's pools not in phase Ready.
+	NotReadySandboxPools int32 `json:"notReadySandboxPools"`
+
+	// conditions of the class, e.g. NodeConflict when another class already owns a selected
+	// node.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// capacity sums what the class's pools hold and use, from each pool's status.capacity and
+	// status.poolInfo. Kept by the controller; it changes only when a pool's figures do.
+	Capacity *ClassCapacity `json:"capacity,omitempty"`
+}
+
+// CapacityFigures are the capacity figures of a set of pools.
+type CapacityFigures struct {
+	// cpu the pools' placeholder pods hold: the sum of each pool's status.capacity.cpu, what
+	// the scheduler and kubelet count as taken on the pools' nodes.
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+
+	// memory the pools' placeholder pods hold: the sum of each pool's status.capacity.memory.
+	Memory *resource.Quantity `json:"memory,omitempty"`
+
+	// allocatedMemory is the memory the pools' sandboxes use, as node-ctl reports it: the sum
+	// of each pool's status.poolInfo.allocatedMemoryBytes, rounded up to a whole mebibyte.
+	AllocatedMemory *resource.Quantity `json:"allocatedMemory,omitempty"`
+
+	// freeMemory is the memory node-ctl can still hand to new sandboxes on the pools in phase
+	// Ready: the sum of their allocatableMemoryBytes less allocatedMemoryBytes (none below
+	// zero), rounded down to a whole mebibyte.
+	FreeMemory *resource.Quantity `json:"freeMemory,omitempty"`
+}
+
+// ClassCapacity is the capacity of a class: its pools' figures summed, in all and per zone.
+type ClassCapacity struct {
+	CapacityFigures `json:",inline"`
+
+	// zones has the figures of the pools whose node-ctl reports a zone (status.poolInfo.zone),
+	// one entry per zone. Pools without a zone count in the totals only.
+	Zones []ZoneCapacity `json:"zones,omitempty"`
+}
+
+// ZoneCapacity is the capacity of a class's pools in one zone.
+type ZoneCapacity struct {
+	// zone the pools' node-ctl reports.
+	Zone string `json:"zone"`
+
+	// pools is the number of the class's pools in the zone.
+	Pools int32 `json:"pools,omitempty"`
+
+	CapacityFigures `json:",inline"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -58,8 +145,12 @@ type SandboxPoolClassStatus struct {
 // SandboxPoolClassList is a list of classes.
 type SandboxPoolClassList struct {
 	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard list metadata.
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []SandboxPoolClass `json:"items"`
+
+	// items are the classes.
+	Items []SandboxPoolClass `json:"items"`
 }
 
 // +genclient
@@ -68,99 +159,206 @@ type SandboxPoolClassList struct {
 
 // SandboxPool is the pool of one node.
 type SandboxPool struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata. The name is always the deterministic pool name
+	// of spec.nodeName ("placeholder-" + node name).
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   SandboxPoolSpec   `json:"spec"`
+	// spec is the desired state of the pool.
+	Spec SandboxPoolSpec `json:"spec"`
+
+	// status is reported by the node's placeholder-agent and the controller.
 	Status SandboxPoolStatus `json:"status,omitzero"`
 }
 
 // ClassRef names the owning class.
 type ClassRef struct {
+	// name of the owning SandboxPoolClass. Immutable.
 	Name string `json:"name"`
 }
 
 // SandboxPoolSpec is set by the controller and, for override, by operators.
 type SandboxPoolSpec struct {
-	ClassRef       ClassRef               `json:"classRef"`
-	NodeName       string                 `json:"nodeName"`
-	ResourcePolicy ResourcePolicy         `json:"resourcePolicy"`
+	// classRef names the class that owns this pool. Set by the controller; immutable.
+	ClassRef ClassRef `json:"classRef"`
+
+	// nodeName is the node this pool reserves capacity on. Set by the controller; immutable.
+	NodeName string `json:"nodeName"`
+
+	// resourcePolicy is the controller's snapshot of the class's policy, kept in sync.
+	ResourcePolicy ResourcePolicy `json:"resourcePolicy"`
+
+	// placeholderPod is the controller's snapshot of the class's placeholder pod template, with
+	// priorityClassName resolved to its numeric priority.
 	PlaceholderPod PlaceholderPodTemplate `json:"placeholderPod,omitzero"`
-	Override       *Override              `json:"override,omitempty"`
-	NodeCtl        *NodeCtlConfig         `json:"nodeCtl,omitempty"`
+
+	// override replaces the class policy on this one node when enabled. Written by operators.
+	Override *Override `json:"override,omitempty"`
+
+	// nodeCtl describes the node-local sandbox daemon. Informational: the agent's
+	// --node-ctl-socket flag is the source of truth today.
+	NodeCtl *NodeCtlConfig `json:"nodeCtl,omitempty"`
 }
 
 // Override is an operator's per-node exception to the class policy.
 type Override struct {
-	Enabled        bool            `json:"enabled"`
-	Reason         string          `json:"reason,omitempty"`
+	// enabled makes the agent use override.resourcePolicy instead of the class snapshot.
+	Enabled bool `json:"enabled"`
+
+	// reason says why this node differs (required when enabled), e.g. a ticket number.
+	Reason string `json:"reason,omitempty"`
+
+	// resourcePolicy used on this node while enabled (required when enabled).
 	ResourcePolicy *ResourcePolicy `json:"resourcePolicy,omitempty"`
 }
 
 // NodeCtlConfig describes the node-local sandbox daemon.
 type NodeCtlConfig struct {
+	// endpoint of node-ctl; only unix:// sockets are accepted.
 	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // SandboxPoolStatus has two writers; see the field managers in names.go. Optional scalars
 // are pointers so that an explicit false or 0 survives a round trip and a server-side apply.
 type SandboxPoolStatus struct {
-	Phase                 SandboxPoolPhase        `json:"phase,omitempty"`
-	PlaceholderPod        *PlaceholderPodStatus   `json:"placeholderPod,omitempty"`
-	PlaceholderAgent      *PlaceholderAgentStatus `json:"placeholderAgent,omitempty"`
-	Override              *OverrideStatus         `json:"override,omitempty"`
-	Resize                *ResizeStatus           `json:"resize,omitempty"`
-	NodeCtl               *NodeCtlStatus          `json:"nodeCtl,omitempty"`
-	PoolInfo              *PoolInfo               `json:"poolInfo,omitempty"`
-	LastAppliedGeneration *int64                  `json:"lastAppliedGeneration,omitempty"`
-	Conditions            []metav1.Condition      `json:"conditions,omitempty"`
+	// phase aggregates the conditions: Pending (never ready yet), Ready, Degraded (serving but
+	// impaired), Unready. Written by the controller only.
+	Phase SandboxPoolPhase `json:"phase,omitempty"`
+
+	// placeholderPod is the mirror pod kubelet created from the static manifest.
+	PlaceholderPod *PlaceholderPodStatus `json:"placeholderPod,omitempty"`
+
+	// placeholderAgent describes the agent serving this pool.
+	PlaceholderAgent *PlaceholderAgentStatus `json:"placeholderAgent,omitempty"`
+
+	// override is the override the agent has applied.
+	Override *OverrideStatus `json:"override,omitempty"`
+
+	// resize is the resize in flight or last finished. Absent means no resize.
+	Resize *ResizeStatus `json:"resize,omitempty"`
+
+	// nodeCtl is the agent's view of node-ctl.
+	NodeCtl *NodeCtlStatus `json:"nodeCtl,omitempty"`
+
+	// capacity is what the pool holds and uses, as quantities (kubectl get sp shows them).
+	// Reported by the agent with the rest of its status.
+	Capacity *PoolCapacity `json:"capacity,omitempty"`
+
+	// poolInfo is node-ctl's report of the pool.
+	PoolInfo *PoolInfo `json:"poolInfo,omitempty"`
+
+	// lastAppliedGeneration is the pool generation the agent last applied in full.
+	LastAppliedGeneration *int64 `json:"lastAppliedGeneration,omitempty"`
+
+	// conditions of the pool: PlaceholderPodReady, ResourceSynced, NodeCtlHealthy,
+	// ResizeInProgress, ResizeDeferred (agent); PlaceholderAgentHealthy, NodeNotFound
+	// (controller). A map list keyed by type, so each writer owns its own entries.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // PlaceholderPodStatus is the mirror pod kubelet created from the static manifest.
 type PlaceholderPodStatus struct {
-	Name  string `json:"name,omitempty"`
-	UID   string `json:"uid,omitempty"`
+	// name of the mirror pod.
+	Name string `json:"name,omitempty"`
+
+	// uid of the mirror pod.
+	UID string `json:"uid,omitempty"`
+
+	// phase of the mirror pod (Pending, Running, ...).
 	Phase string `json:"phase,omitempty"`
-	IP    string `json:"ip,omitempty"`
+
+	// ip of the pod; only set with --netns-enabled (host network otherwise).
+	IP string `json:"ip,omitempty"`
 }
 
 // PlaceholderAgentStatus describes the agent serving the pool.
 type PlaceholderAgentStatus struct {
-	Version        string       `json:"version,omitempty"`
-	LastHeartbeat  *metav1.Time `json:"lastHeartbeat,omitempty"`
-	NodeCtlStarted *bool        `json:"nodeCtlStarted,omitempty"`
+	// version of the placeholder-agent binary.
+	Version string `json:"version,omitempty"`
+
+	// lastHeartbeat is informational only; liveness comes from the pool's Lease.
+	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+
+	// nodeCtlStarted is true once the agent has started node-ctl for this pool.
+	NodeCtlStarted *bool `json:"nodeCtlStarted,omitempty"`
+
+	// nodeCtlStartAt is when the agent started node-ctl.
 	NodeCtlStartAt *metav1.Time `json:"nodeCtlStartAt,omitempty"`
 }
 
 // OverrideStatus is the override the agent has applied.
 type OverrideStatus struct {
-	Enabled      *bool          `json:"enabled,omitempty"`
-	Reason       string         `json:"reason,omitempty"`
-	Source       OverrideSource `json:"source,omitempty"`
-	OverriddenAt *metav1.Time   `json:"overriddenAt,omitempty"`
+	// enabled is true while the agent applies spec.override.
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// reason copied from spec.override.reason.
+	Reason string `json:"reason,omitempty"`
+
+	// source of the applied policy: Class (the class snapshot, the override disabled) or
+	// Override (spec.override.resourcePolicy).
+	Source OverrideSource `json:"source,omitempty"`
+
+	// overriddenAt is when the override took effect.
+	OverriddenAt *metav1.Time `json:"overriddenAt,omitempty"`
 }
 
 // ResizeStatus is the resize in flight or last finished; nil means no resize.
 type ResizeStatus struct {
-	Status          ResizeState        `json:"status"`
-	RequestedCPU    *resource.Quantity `json:"requestedCpu,omitempty"`
+	// status of the resize: InProgress, Completed or Deferred (a downscale waiting until memory
+	// usage falls below the watermark).
+	Status ResizeState `json:"status"`
+
+	// requestedCpu is the cpu the resize aims for.
+	RequestedCPU *resource.Quantity `json:"requestedCpu,omitempty"`
+
+	// requestedMemory is the memory the resize aims for.
 	RequestedMemory *resource.Quantity `json:"requestedMemory,omitempty"`
-	DeferredReason  string             `json:"deferredReason,omitempty"`
-	LastProbeTime   *metav1.Time       `json:"lastProbeTime,omitempty"`
+
+	// deferredReason says why a downscale is deferred.
+	DeferredReason string `json:"deferredReason,omitempty"`
+
+	// lastProbeTime is when the agent last checked whether the resize can proceed.
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 }
 
 // NodeCtlStatus is the agent's view of node-ctl.
 type NodeCtlStatus struct {
-	Connected     *bool        `json:"connected,omitempty"`
+	// connected is true when the last poll of node-ctl succeeded.
+	Connected *bool `json:"connected,omitempty"`
+
+	// lastHeartbeat is when node-ctl last answered.
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
-	DownSince     *metav1.Time `json:"downSince,omitempty"`
+
+	// downSince is when node-ctl stopped answering; drives the 5-minute Degraded to Unready
+	// rule. Absent while node-ctl is healthy.
+	DownSince *metav1.Time `json:"downSince,omitempty"`
+}
+
+// PoolCapacity is what the pool holds and uses, as quantities.
+type PoolCapacity struct {
+	// cpu the pool's placeholder pods hold: the requests of those kubelet has admitted, which
+	// kubelet and the scheduler count as taken on the node. During a resize it moves from the
+	// old size to the new one as kubelet admits and removes the placeholder pods.
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+
+	// memory the pool's placeholder pods hold, as cpu.
+	Memory *resource.Quantity `json:"memory,omitempty"`
+
+	// allocatedMemory is poolInfo.allocatedMemoryBytes rounded up to a whole mebibyte.
+	AllocatedMemory *resource.Quantity `json:"allocatedMemory,omitempty"`
 }
 
 // PoolInfo is node-ctl's report of the pool.
 type PoolInfo struct {
-	Zone                   string `json:"zone,omitempty"`
+	// zone of the node, as node-ctl reports it.
+	Zone string `json:"zone,omitempty"`
+
+	// allocatableMemoryBytes is the memory node-ctl can hand to sandboxes.
 	AllocatableMemoryBytes *int64 `json:"allocatableMemoryBytes,omitempty"`
-	AllocatedMemoryBytes   *int64 `json:"allocatedMemoryBytes,omitempty"`
+
+	// allocatedMemoryBytes is the memory sandboxes use now.
+	AllocatedMemoryBytes *int64 `json:"allocatedMemoryBytes,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -168,6 +366,10 @@ type PoolInfo struct {
 // SandboxPoolList is a list of pools.
 type SandboxPoolList struct {
 	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard list metadata.
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []SandboxPool `json:"items"`
+
+	// items are the pools.
+	Items []SandboxPool `json:"items"`
 }

@@ -70,76 +70,128 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 }
 
 // invariantMonitor checks, every 5 ms until stopped, that the pool's lock is never below
-// what node-ctl has applied: the sum of its manifests' requests (what the kubelet stand-in
+// what node-ctl enforces: the sum of its manifests' requests (what the kubelet stand-in
 // runs) and of its mirror pods' requests (what the scheduler counts). A missing pod counts
-// as nothing.
+// as nothing. It also checks that the pool's resize never reads Completed for less memory
+// than node-ctl enforces.
+//
+// It observes the step it watches from before it to after it: watchInvariant returns only
+// once the monitor has taken a sample, before the test starts the step, and check waits
+// until the monitor has taken one more after the step, instead of taking a last one itself.
+// A monitor that took no sample on either side of the step fails.
 type invariantMonitor struct {
-	n       *testNode
-	pool    string
-	stop    chan struct{}
-	done    chan struct{}
-	mu      sync.Mutex
-	samples int
-	bad     []string
+	n    *testNode
+	pool string
+	// enforced reads what node-ctl enforces; false when it cannot be read (no sample).
+	enforced func() (corev1.ResourceList, bool)
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex // guards the fields below
+	samples  int
+	// lastStart is when the last sample began.
+	lastStart time.Time
+	bad       []string
 }
 
 func watchInvariant(t *testing.T, n *testNode, pool string) *invariantMonitor {
-	m := &invariantMonitor{n: n, pool: pool, stop: make(chan struct{}), done: make(chan struct{})}
+	return watchEnforcement(t, n, pool, func() (corev1.ResourceList, bool) {
+		st, err := n.nc.Client.State(context.Background())
+		if err != nil {
+			return nil, false
+		}
+		out := corev1.ResourceList{}
+		for k, v := range st.AppliedResources {
+			out[corev1.ResourceName(k)] = resource.MustParse(v)
+		}
+		return out, true
+	})
+}
+
+// watchEnforcement starts a monitor that reads what node-ctl enforces with enforced, and
+// returns once it has taken its first sample.
+func watchEnforcement(t *testing.T, n *testNode, pool string, enforced func() (corev1.ResourceList, bool)) *invariantMonitor {
+	t.Helper()
+	m := &invariantMonitor{n: n, pool: pool, enforced: enforced, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		for {
+			m.sample()
 			select {
 			case <-m.stop:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			m.sample()
 		}
 	}()
+	t.Cleanup(m.halt)
+	eventually(t, "the invariant monitor's first sample", 30*time.Second, func() (bool, string) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.samples > 0, "no sample yet"
+	})
 	return m
 }
 
-// sample reads the locks between two reads of node-ctl: a lock below both is below what
-// node-ctl applied when it was read, whichever read that was. A read before node-ctl has
-// applied anything is not a sample.
+// sample reads the locks and the pool between two reads of what node-ctl enforces: a lock
+// below both is below what node-ctl enforced when it was read, whichever read that was.
 func (m *invariantMonitor) sample() {
-	before, err := m.n.nc.Client.State(context.Background())
+	start := time.Now()
+	before, ok := m.enforced()
 	onDisk, mirrors := diskLock(m.n, m.pool), mirrorLock(m.n)
-	after, err2 := m.n.nc.Client.State(context.Background())
-	if err != nil || err2 != nil || !before.Applied() || !after.Applied() {
+	var p v1alpha1.SandboxPool
+	perr := admin.Get(context.Background(), types.NamespacedName{Name: m.pool}, &p)
+	after, ok2 := m.enforced()
+	if !ok || !ok2 || perr != nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.samples++
+	m.lastStart = start
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		a, b := resource.MustParse(before.AppliedResources[string(r)]), resource.MustParse(after.AppliedResources[string(r)])
+		a, b := before[r], after[r]
 		if b.Cmp(a) < 0 {
 			a = b
 		}
 		for what, lock := range map[string]corev1.ResourceList{"manifests": onDisk, "mirror pods": mirrors} {
 			if q := lock[r]; q.Cmp(a) < 0 {
-				m.bad = append(m.bad, fmt.Sprintf("%s: %s request %s < node-ctl applied %s", r, what, q.String(), a.String()))
+				m.bad = append(m.bad, fmt.Sprintf("%s: %s request %s < node-ctl enforces %s", r, what, q.String(), a.String()))
 			}
+		}
+		if rs := p.Status.Resize; r == corev1.ResourceMemory && rs != nil && rs.Status == v1alpha1.ResizeCompleted &&
+			rs.RequestedMemory != nil && rs.RequestedMemory.Cmp(a) < 0 {
+			m.bad = append(m.bad, fmt.Sprintf("the resize to %s reads Completed while node-ctl enforces %s", rs.RequestedMemory.String(), a.String()))
 		}
 	}
 }
 
-// check stops the monitor, takes one last sample (on a loaded machine one read can outlast
-// the step it watches, and the step's end state is the one that must hold), and fails the
-// test if no sample was taken or any broke the invariant.
+// halt stops the monitor and waits for it.
+func (m *invariantMonitor) halt() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+}
+
+// check waits until the monitor has taken a sample after the step (begun after check was
+// called), stops it, and fails the test if it took none or any sample broke the invariant.
 func (m *invariantMonitor) check(t *testing.T, step string) {
 	t.Helper()
-	close(m.stop)
-	<-m.done
-	m.sample()
-	if m.samples == 0 {
-		t.Fatalf("%s: the invariant was never sampled", step)
-	}
+	end := time.Now()
+	eventually(t, step+": the invariant monitor's sample after the step", 30*time.Second, func() (bool, string) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.lastStart.After(end), fmt.Sprintf("%d samples, none since the step ended", m.samples)
+	})
+	m.halt()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(m.bad) > 0 {
 		t.Fatalf("%s: invariant broken in %d of %d samples, e.g. %s", step, len(m.bad), m.samples, m.bad[0])
 	}
-	t.Logf("%s: locks >= applied in all %d samples", step, m.samples)
+	t.Logf("%s: locks >= enforced in all %d samples", step, m.samples)
 }
 
 func setMemory(t *testing.T, pool, mem string) {
@@ -338,12 +390,17 @@ func TestAgentLifecycle(t *testing.T) {
 	creates := kubelet.Creates()
 	n.stopAgent()
 	n.startAgent()
+	passes := reconcileCount(t)
 	eventually(t, "the restarted agent renews the lease", 10*time.Second, func() (bool, string) {
 		var l coordinationv1.Lease
 		_ = admin.Get(ctx, leaseKey, &l)
 		return l.Spec.RenewTime.After(time.Now().Add(-500 * time.Millisecond)), l.Spec.RenewTime.String()
 	})
-	time.Sleep(2 * time.Second) // let the restarted agent's passes and a verify period run
+	// The restarted agent's first passes, and those of two verify periods (1 s here), ran.
+	eventually(t, "the restarted agent's passes and two verify periods", 10*time.Second, func() (bool, string) {
+		n := reconcileCount(t)
+		return n >= passes+3, fmt.Sprintf("%v passes since the restart", n-passes)
+	})
 	touched := !maps.Equal(before, diskState(n, pool.Name))
 	for path, mtime := range stats {
 		if fi, err := os.Stat(path); err != nil || !fi.ModTime().Equal(mtime) {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/agent/shimapi"
 	v1 "github.com/agentcube/sandboxpool/agent/shimapi/v1"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -30,10 +31,12 @@ type kubeletStandIn struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex         // guards running, creates and logged
+	mu      sync.Mutex         // guards running, creates, logged and dropped
 	running map[string]running // by manifest file
 	creates int
 	logged  map[string]bool
+	// dropped are the mirror pods dropMirror deleted, by name.
+	dropped []string
 
 	// seen and seenAt: the newest hash of each changed manifest and when it was first seen
 	// (used by the sync goroutine only).
@@ -45,8 +48,6 @@ type running struct {
 	hash string
 	uid  types.UID
 }
-
-const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // rebuildDelay is how long the stand-in waits before rebuilding a pod whose manifest changed.
 const rebuildDelay = 300 * time.Millisecond
@@ -91,6 +92,11 @@ func (k *kubeletStandIn) sync(ctx context.Context) {
 			continue // a half-edited file: kubelet skips it too
 		}
 		hash := pod.Annotations[v1alpha1.AnnotationManifestHash]
+		if len(hash) < 16 {
+			// Read while a test writes it in place (not atomically, as an editor may): the
+			// YAML so far parses, but is not the whole pod. The next tick reads it whole.
+			continue
+		}
 		k.mu.Lock()
 		cur, ok := k.running[f]
 		k.mu.Unlock()
@@ -128,22 +134,28 @@ func (k *kubeletStandIn) sync(ctx context.Context) {
 // identity is what the shim knows of a pod: kubelet's UID of the static pod (the mirror
 // pod's kubernetes.io/config.mirror annotation), its name and namespace, and the pool.
 func (k *kubeletStandIn) identity(pod *corev1.Pod) *v1.Identity {
-	uid := pod.Annotations[mirrorAnnotation]
+	uid := pod.Annotations[manifest.AnnotationConfigMirror]
 	return &v1.Identity{Namespace: "k8s.io", ContainerId: uid, SandboxId: uid, Sandbox: true,
 		PodName: pod.Name, PodNamespace: pod.Namespace, PodUid: uid,
 		PoolName: pod.Annotations[v1alpha1.AnnotationPoolName], PoolUid: pod.Annotations[v1alpha1.AnnotationPoolUID]}
 }
 
 // run creates the mirror pod and starts it through the agent's shim API.
-func (k *kubeletStandIn) run(ctx context.Context, file, hash string, manifest *corev1.Pod) {
-	mirror := manifest.DeepCopy()
-	mirror.Name = manifest.Name + "-" + k.n.name
+func (k *kubeletStandIn) run(ctx context.Context, file, hash string, static *corev1.Pod) {
+	mirror := static.DeepCopy()
+	mirror.Name, mirror.UID = static.Name+"-"+k.n.name, ""
 	mirror.Spec.NodeName = k.n.name
 	if mirror.Annotations == nil {
 		mirror.Annotations = map[string]string{}
 	}
-	// kubelet's UID of a static pod hashes its content and file (here: the content's hash).
-	mirror.Annotations[mirrorAnnotation] = "static-" + hash[:16]
+	// kubelet keeps a static pod's metadata.uid, or hashes its content and file (here: the
+	// content's hash), and marks the mirror pod with it and with the pod's source.
+	uid := string(static.UID)
+	if uid == "" {
+		uid = "static-" + hash[:16]
+	}
+	mirror.Annotations[manifest.AnnotationConfigMirror] = uid
+	mirror.Annotations[manifest.AnnotationConfigSource] = manifest.ConfigSourceFile
 	var existing corev1.Pod
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(mirror), &existing); err == nil {
 		_ = admin.Delete(ctx, &existing, client.GracePeriodSeconds(0))
@@ -170,7 +182,10 @@ func (k *kubeletStandIn) run(ctx context.Context, file, hash string, manifest *c
 		return
 	}
 	if _, err := c.Start(ctx, &v1.StartRequest{Identity: id, ShimPid: uint32(os.Getpid())}); err != nil {
+		// The sandbox fails; kubelet retries the pod while its manifest is there, and
+		// removes it with its mirror pod once it is gone: the next tick starts over.
 		k.logf("shim Start: %v", err)
+		_ = admin.Delete(ctx, mirror, client.GracePeriodSeconds(0))
 		return
 	}
 	mirror.Status.Phase = corev1.PodRunning

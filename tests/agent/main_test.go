@@ -67,6 +67,7 @@ type testNode struct {
 	name        string
 	manifestDir string
 	shimAddr    string
+	stateFile   string
 	stopMarker  string
 	nc          *nodectltest.Process
 	cfg         *rest.Config // the node's identity: system:node:<name>
@@ -85,7 +86,7 @@ func newNode(t *testing.T, name string) *testNode {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	n := &testNode{t: t, name: name, manifestDir: filepath.Join(dir, "manifests"), shimAddr: filepath.Join(dir, "a.sock"),
-		stopMarker: filepath.Join(dir, "node-ctl-stopped")}
+		stateFile: filepath.Join(dir, "state", "agent.json"), stopMarker: filepath.Join(dir, "node-ctl-stopped")}
 	if err := os.Mkdir(n.manifestDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +122,7 @@ func (n *testNode) options() agent.Options {
 	o.ManifestVerifyInterval = time.Second
 	o.DeferredWarningAfter = 2 * time.Second
 	o.ShimAddress = n.shimAddr
+	o.StateFile = n.stateFile
 	o.HealthzAddr, o.MetricsAddr = "0", "0"
 	o.Version = "test"
 	return o

@@ -67,3 +67,27 @@ func statusWriteCount(t *testing.T) float64 {
 	t.Fatal(fmt.Errorf("no sandboxpool_agent_status_writes_total"))
 	return 0
 }
+
+// reconcileCount is how many passes the agents have run (controller-runtime's
+// controller_runtime_reconcile_total for the controller placeholder-agent, every result).
+func reconcileCount(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := gatherMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "placeholder-agent" {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}

@@ -114,6 +114,44 @@ func TestMonitoring(t *testing.T) {
 		t.Fatal("no SandboxPoolsUnready alert")
 	})
 
+	// The PromQL the guide gives operators is run by promtool below: each ```promql block
+	// of docs/operator-guide.md is the expression of a promql_expr_test.
+	t.Run("the guide's queries are tested", func(t *testing.T) {
+		guide, err := os.ReadFile(filepath.Join(cp.Root, "docs", "operator-guide.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(cp.Root, "tests", "deploy", "testdata", "alerts_test.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tests struct {
+			Tests []struct {
+				PromQLExprTest []struct {
+					Expr string `json:"expr"`
+				} `json:"promql_expr_test"`
+			} `json:"tests"`
+		}
+		if err := yaml.Unmarshal(b, &tests); err != nil {
+			t.Fatal(err)
+		}
+		tested := map[string]bool{}
+		for _, tc := range tests.Tests {
+			for _, e := range tc.PromQLExprTest {
+				tested[strings.Join(strings.Fields(e.Expr), " ")] = true
+			}
+		}
+		blocks := regexp.MustCompile("(?s)```promql\n(.*?)```").FindAllStringSubmatch(string(guide), -1)
+		if len(blocks) == 0 {
+			t.Fatal("docs/operator-guide.md has no promql block")
+		}
+		for _, m := range blocks {
+			if q := strings.Join(strings.Fields(m[1]), " "); !tested[q] {
+				t.Errorf("the guide's query %q is not a promql_expr_test of tests/deploy/testdata/alerts_test.yaml", q)
+			}
+		}
+	})
+
 	tools := monitoringTools(t)
 	promtool := filepath.Join(tools, "promtool")
 

@@ -42,13 +42,13 @@ const (
 // TestSliceGetsItsCPU: while a co-located Burstable pod (request 100m, no limit) burns one
 // thread more than the node has cores, a sandbox in node-ctl's slice that wants more than
 // the pool gets what a Guaranteed pod of the pool's size burning beside it gets (at least 95
-// % of it), and at least 95 % of the pool whenever the pods got the node's cpu; after a
+// % of it), and at least 95 % of the pool whenever that pod gets its own size; after a
 // growth, of the new size (the slice's weight follows the lock).
 //
 // The noise margin: the slice and the Guaranteed pod both weigh their requests in the pods'
 // root, so whatever the machine's other processes (another test package) take from the
-// pods' root they take from both alike; the absolute check is made on a window in which the
-// pods' root got the node's allocatable cpu, of deliveryWindows windows at most.
+// pods' root they take from both alike; the absolute check is made on the first window, of
+// deliveryWindows at most, in which the Guaranteed pod got its size.
 func TestSliceGetsItsCPU(t *testing.T) {
 	s := requireStack(t)
 	ensureClass(t)
@@ -58,10 +58,10 @@ func TestSliceGetsItsCPU(t *testing.T) {
 	sandbox := nodectltest.StartBurner(t, s.NodeCtlCgroup, cores)
 	sat := saturate(t, "saturator", cores+1)
 
-	for _, size := range []string{baseCPU, "700m"} {
-		if size != baseCPU {
-			setClassResources(t, wrappers.Resources(size, baseMemory))
-			waitSynced(t, size, baseMemory, 2*time.Minute)
+	const grown = "700m"
+	for _, size := range []string{baseCPU, grown} {
+		if size == grown {
+			growAndFold(t, size)
 		}
 		pool := resource.MustParse(size)
 		anchor := guaranteedBurner(t, "guaranteed", wrappers.Resources(size, "32Mi"), cores)
@@ -70,38 +70,64 @@ func TestSliceGetsItsCPU(t *testing.T) {
 	}
 }
 
-// deliveryWindows bounds how many windows TestSliceGetsItsCPU measures to find one in which
-// the Guaranteed pod got its cpu.
-const deliveryWindows = 4
+// growAndFold grows the pool's cpu to size on a node with room for a second copy of the
+// lock, and waits until the lock is synced in Guaranteed pieces only: the growth's piece, of
+// cpu alone, is folded into one piece of the whole size.
+func growAndFold(t *testing.T, size string) {
+	t.Helper()
+	setClassResources(t, wrappers.Resources(size, baseMemory))
+	waitSynced(t, size, baseMemory, 2*time.Minute)
+	eventually(t, "the lock in Guaranteed pieces only", time.Minute, func() (bool, string) {
+		var qos []string
+		ok := true
+		for _, p := range mirrorPods(t) {
+			qos = append(qos, p.Name+" "+string(p.Status.QOSClass))
+			ok = ok && p.Status.QOSClass == corev1.PodQOSGuaranteed
+		}
+		return ok, strings.Join(qos, ", ")
+	})
+}
+
+// The windows TestSliceGetsItsCPU measures: at least minWindows for the comparison with the
+// Guaranteed pod (their sums: one short window on a busy machine varies by several per
+// cent), and up to deliveryWindows to find one in which the Guaranteed pod got its size.
+const (
+	minWindows      = 2
+	deliveryWindows = 4
+)
 
 // checkDelivered measures the slice, the Guaranteed pod and the saturating pod, and checks
-// the slice against the Guaranteed pod in every window, and against the pool in the first
-// window in which the Guaranteed pod got its own size (the pods' root then got enough of the
-// node for a pod of the pool's size; when the machine's other processes take more, the
-// slice loses what every pod loses, which the first check covers).
+// the slice against the Guaranteed pod over all the windows, and against the pool in the
+// first window in which the Guaranteed pod got its own size (the pods' root then got enough
+// of the node for a pod of the pool's size; when the machine's other processes take more,
+// the slice loses what every pod loses, which the first check covers).
 func checkDelivered(t *testing.T, s *stack.Stack, pool int64, sandbox *nodectltest.Burner, anchor, sat burner) {
 	t.Helper()
 	want := int64(deliveredShare * float64(pool))
-	for i := range deliveryWindows {
+	var sumSlice, sumG int64
+	checked := false
+	for i := 0; i < deliveryWindows && (i < minWindows || !checked); i++ {
 		m := measureCPU(t, cpuWindow, sandbox.CPUTime, anchor.cpuTime, sat.cpuTime)
 		slice, g := m[0], m[1]
+		sumSlice, sumG = sumSlice+slice, sumG+g
 		t.Logf("pool %dm, window %d: the slice got %dm (%.1f %%), a Guaranteed pod of its size %dm, the saturating pod %dm",
 			pool, i+1, slice, 100*float64(slice)/float64(pool), g, m[2])
-		if slice < int64(deliveredShare*float64(g)) {
-			t.Errorf("pool %dm under saturation: the slice got %dm, less than %.0f %% of the %dm a Guaranteed pod of its size got beside it; %s",
-				pool, slice, 100*deliveredShare, g, cpuWeights(s, sandbox.Pid))
-			return
+		if checked || g < want {
+			continue // the machine's other processes took the pods' share: not this window
 		}
-		if g < want {
-			continue // the machine's other processes took the pods' share: measure again
-		}
+		checked = true
 		if slice < want {
 			t.Errorf("pool %dm under saturation: the slice got %dm, want at least %dm (%.0f %%), while a Guaranteed pod of its size got %dm; %s",
 				pool, slice, want, 100*deliveredShare, g, cpuWeights(s, sandbox.Pid))
 		}
-		return
 	}
-	t.Logf("pool %dm: in none of %d windows did a Guaranteed pod of the pool's size get %dm (the machine is busy); the slice matched it in each", pool, deliveryWindows, want)
+	if sumSlice < int64(deliveredShare*float64(sumG)) {
+		t.Errorf("pool %dm under saturation: the slice got %.0f %% of what a Guaranteed pod of its size got beside it, want at least %.0f %%; %s",
+			pool, 100*float64(sumSlice)/float64(sumG), 100*deliveredShare, cpuWeights(s, sandbox.Pid))
+	}
+	if !checked {
+		t.Logf("pool %dm: in none of %d windows did a Guaranteed pod of the pool's size get %dm (the machine is busy)", pool, deliveryWindows, want)
+	}
 }
 
 // TestSliceKeepsItsMemory: a sandbox that holds memory within the pool is never the one

@@ -57,7 +57,7 @@ func TestFigures(t *testing.T) {
 
 	var mirror, mirrorReady []time.Duration
 	for range 10 {
-		c, r := deleteMirrorPod(t, s, mirrorPod(t))
+		c, r := deleteMirrorPod(t, mirrorPod(t))
 		mirror, mirrorReady = append(mirror, c), append(mirrorReady, r)
 		waitSynced(t, baseCPU, baseMemory, time.Minute)
 	}

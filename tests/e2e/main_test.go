@@ -57,6 +57,7 @@ func suiteTimers() stack.Timers {
 		LeaseRenewInterval:     time.Second,
 		LeaseTTL:               4 * time.Second,
 		DeferredWarningAfter:   3 * time.Second,
+		PieceStartTimeout:      15 * time.Second,
 		NodeCtlUnreadyAfter:    6 * time.Second,
 		FinalizerTimeout:       5 * time.Minute,
 	}
@@ -89,7 +90,11 @@ func TestMain(m *testing.M) {
 		}
 		defer unlock()
 		stack.CleanStale(filepath.Join("/tmp", dirPrefix+"*"), logf)
-		iptablesBefore, suite.err = stack.KubeIptablesLines()
+		// iptables-save comes with the packages the stack installs on a fresh machine.
+		suite.err = stack.EnsureHostPackages(context.Background(), logf)
+		if suite.err == nil {
+			iptablesBefore, suite.err = stack.KubeIptablesLines()
+		}
 		if suite.err == nil {
 			dir, suite.err = os.MkdirTemp("/tmp", dirPrefix)
 		}

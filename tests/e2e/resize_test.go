@@ -81,18 +81,20 @@ func TestResize(t *testing.T) {
 	setClassResources(t, base)
 	waitSynced(t, baseCPU, baseMemory, 2*time.Minute)
 
-	// 120 MiB in use is above 85 % of 128Mi (108.8 MiB): the downscale waits.
+	// 126 MiB in use is above 85 % of 128Mi (108.8 MiB): the downscale waits.
 	setClassResources(t, wrappers.Resources(baseCPU, "160Mi"))
 	waitSynced(t, baseCPU, "160Mi", 2*time.Minute)
-	hog := nodectltest.StartHog(t, s.NodeCtlCgroup, 120)
+	hog := nodectltest.StartHog(t, s.NodeCtlCgroup, 126)
 	if err := hog.WaitAllocated(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The agent decides with the usage it last polled: wait until it has seen the hog
-	// (it reports the figure in status.poolInfo once it moved by 16 MiB or more).
-	eventually(t, "the agent sees the memory in use", 10*time.Second, func() (bool, string) {
+	// The agent decides with the usage it last polled: wait until it has seen more than
+	// the watermark. It reports the figure in status.poolInfo again only once it moved by
+	// 16 MiB, so a figure reported while the hog was still allocating stays until then: from
+	// any figure up to 110 MiB that happens once the hog holds its 126 MiB.
+	eventually(t, "the agent sees the memory in use", 20*time.Second, func() (bool, string) {
 		p := getPool(t)
-		return p.Status.PoolInfo != nil && ptr.Deref(p.Status.PoolInfo.AllocatedMemoryBytes, 0) > 110<<20, fmt.Sprintf("%+v", p.Status.PoolInfo)
+		return p.Status.PoolInfo != nil && ptr.Deref(p.Status.PoolInfo.AllocatedMemoryBytes, 0) > 109<<20, fmt.Sprintf("%+v", p.Status.PoolInfo)
 	})
 	w = watchLock(t, wrappers.Resources(baseCPU, "160Mi"), base)
 	t0 := time.Now()

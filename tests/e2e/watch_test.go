@@ -34,6 +34,11 @@ const sampleEvery = 10 * time.Millisecond
 //     pods it lists and has not failed (it lists a refused static pod as Failed);
 //   - the pool's phase, read every sampleEvery.
 //
+// It observes the step it watches from before it to after it: watchLock returns only once
+// kubelet's view has been read and the scheduler's listed (its watch runs from there), before
+// the test starts the step, and check waits for a reading of kubelet's view begun after the
+// step; a view that was not read on both sides of the step fails the test.
+//
 // No pod or a Failed pod counts as nothing. A read that is not answered (kubelet or the API
 // server restarting) is no sample: while kubelet is down it admits nothing, and while the
 // API server is down nothing is scheduled; nor is a restarting kubelet's list, from the
@@ -74,6 +79,8 @@ func (w *lockWatch) kubeletRestarts() {
 // view is one series of samples.
 type view struct {
 	samples, bad int
+	// lastStart is when the reads of the last sample began.
+	lastStart time.Time
 	// maxStep is the longest time between two samples.
 	maxStep time.Duration
 	// last is the time of the last sample, lastGood of the last one at or above the floor
@@ -91,8 +98,9 @@ type view struct {
 	example string
 }
 
-func (v *view) record(at time.Time, good bool, why string) {
+func (v *view) record(start, at time.Time, good bool, why string) {
 	v.samples++
+	v.lastStart = start
 	if !v.last.IsZero() {
 		v.maxStep = max(v.maxStep, at.Sub(v.last))
 	}
@@ -155,6 +163,12 @@ func watchLock(t testing.TB, old, next corev1.ResourceList) *lockWatch {
 	w.wg.Add(1)
 	go w.sampleReady()
 	t.Cleanup(w.halt)
+	eventually(t, "the lock watcher's first readings", 30*time.Second, func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		k, sc := w.views[viewKubelet], w.views[viewScheduler]
+		return k.samples > 0 && sc.samples > 0, fmt.Sprintf("kubelet %d readings (%d unanswered), scheduler %d", k.samples, k.unread, sc.samples)
+	})
 	return w
 }
 
@@ -170,6 +184,7 @@ func (w *lockWatch) tick() bool {
 func (w *lockWatch) sampleKubelet() {
 	defer w.wg.Done()
 	for w.tick() {
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		before := appliedNow(ctx)
 		pods, err := kubeletPods(ctx)
@@ -189,7 +204,7 @@ func (w *lockWatch) sampleKubelet() {
 		}
 		w.mu.Unlock()
 		if !skip {
-			w.judge(viewKubelet, time.Now(), support.Requests(live...), smaller(before, after), podsSeen(pods))
+			w.judge(viewKubelet, start, time.Now(), support.Requests(live...), smaller(before, after), podsSeen(pods))
 		}
 	}
 }
@@ -245,13 +260,14 @@ func (w *lockWatch) judgePods(ctx context.Context, pods map[types.UID]corev1.Pod
 			live = append(live, p)
 		}
 	}
+	start := time.Now()
 	c, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var seen []corev1.Pod
 	for _, p := range pods {
 		seen = append(seen, p)
 	}
-	w.judge(viewScheduler, time.Now(), support.Requests(live...), appliedNow(c), podsSeen(seen))
+	w.judge(viewScheduler, start, time.Now(), support.Requests(live...), appliedNow(c), podsSeen(seen))
 }
 
 // podsSeen names the pool's pods among pods with their phases, for a failure message.
@@ -266,7 +282,7 @@ func podsSeen(pods []corev1.Pod) string {
 }
 
 // judge records one reading of a lock against the floor and what node-ctl applies.
-func (w *lockWatch) judge(name string, at time.Time, lock, applied corev1.ResourceList, seen string) {
+func (w *lockWatch) judge(name string, start, at time.Time, lock, applied corev1.ResourceList, seen string) {
 	good, why := true, ""
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		q := lock[r]
@@ -277,7 +293,7 @@ func (w *lockWatch) judge(name string, at time.Time, lock, applied corev1.Resour
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v := w.views[name]
-	v.record(at, good, why)
+	v.record(start, at, good, why)
 	for r, a := range applied {
 		if q := lock[r]; q.Cmp(a) < 0 {
 			v.aboveNodeCtl++
@@ -292,12 +308,13 @@ func (w *lockWatch) sampleReady() {
 	defer w.wg.Done()
 	for w.tick() {
 		var p v1alpha1.SandboxPool
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := k8s.Get(ctx, poolKey, &p)
 		cancel()
 		at := time.Now()
 		w.mu.Lock()
-		w.views[viewReady].record(at, err == nil && p.Status.Phase == v1alpha1.PhaseReady, phaseOf(&p, at, err))
+		w.views[viewReady].record(start, at, err == nil && p.Status.Phase == v1alpha1.PhaseReady, phaseOf(&p, at, err))
 		w.mu.Unlock()
 	}
 }
@@ -358,8 +375,9 @@ func (r watchResult) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// check stops the watch and fails the test if either lock fell below the floor or below
-// what node-ctl applied, or if a view was never sampled. It returns the figures.
+// check waits for a reading of kubelet's lock after the step, stops the watch and fails the
+// test if either lock fell below the floor or below what node-ctl applied. It returns the
+// figures.
 func (w *lockWatch) check(step string) watchResult { return w.checkWindows(step, 0) }
 
 // checkWindows is check, but lets kubelet's count dip below the floor (and node-ctl) in up
@@ -368,6 +386,13 @@ func (w *lockWatch) check(step string) watchResult { return w.checkWindows(step,
 // the two as consecutive updates (docs/agent.md, "What is left").
 func (w *lockWatch) checkWindows(step string, kubeletWindows int) watchResult {
 	w.t.Helper()
+	end := time.Now()
+	eventually(w.t, step+": a reading of kubelet's lock after the step", 30*time.Second, func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		v := w.views[viewKubelet]
+		return v.lastStart.After(end), fmt.Sprintf("%d readings, %d unanswered, none begun since the step ended", v.samples, v.unread)
+	})
 	r := w.result()
 	w.t.Logf("%s: %s", step, r)
 	for _, name := range []string{viewScheduler, viewKubelet} {

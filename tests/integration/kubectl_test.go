@@ -16,7 +16,8 @@ func TestPrinterColumns(t *testing.T) {
 	status := `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool",
 		"metadata":{"name":"placeholder-columns-node"},
 		"status":{"phase":"Ready","resize":{"status":"Completed"},
-		          "poolInfo":{"zone":"zone-a","allocatableMemoryBytes":4294967296,"allocatedMemoryBytes":1073741824}}}`
+		          "capacity":{"cpu":"500m","memory":"256Mi","allocatedMemory":"13Mi"},
+		          "poolInfo":{"zone":"zone-a","allocatableMemoryBytes":268435456,"allocatedMemoryBytes":13000000}}}`
 	kubectl(t, status, "apply", "--server-side", "--subresource=status", "--field-manager=sandboxpool-controller", "-f", "-")
 
 	out := kubectl(t, "", "get", "sandboxpools", "placeholder-columns-node")
@@ -25,19 +26,28 @@ func TestPrinterColumns(t *testing.T) {
 		t.Fatalf("want header and one row:\n%s", out)
 	}
 	header := strings.Fields(lines[0])
-	wantHeader := []string{"NAME", "PHASE", "NODE", "CLASS", "OVERRIDE", "RESIZE", "ZONE", "ALLOCATABLE", "ALLOCATED", "AGE"}
+	wantHeader := []string{"NAME", "PHASE", "NODE", "CLASS", "CPU", "MEMORY", "ALLOCATED", "RESIZE", "OVERRIDE", "ZONE", "AGE"}
 	if strings.Join(header, " ") != strings.Join(wantHeader, " ") {
 		t.Errorf("columns:\n got %v\nwant %v", header, wantHeader)
 	}
 	row := strings.Fields(lines[1])
-	wantRow := []string{"placeholder-columns-node", "Ready", "columns-node", "columns", "true", "Completed", "zone-a", "4294967296", "1073741824"}
+	wantRow := []string{"placeholder-columns-node", "Ready", "columns-node", "columns", "500m", "256Mi", "13Mi", "Completed", "true", "zone-a"}
 	if len(row) < len(wantRow) || strings.Join(row[:len(wantRow)], " ") != strings.Join(wantRow, " ") {
 		t.Errorf("row:\n got %v\nwant %v …", row, wantRow)
 	}
 
+	classStatus := `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPoolClass",
+		"metadata":{"name":"columns"},
+		"status":{"totalSandboxPools":3,"readySandboxPools":2,"notReadySandboxPools":1,
+		          "capacity":{"cpu":"1500m","memory":"768Mi","allocatedMemory":"13Mi","freeMemory":"499Mi"}}}`
+	kubectl(t, classStatus, "apply", "--server-side", "--subresource=status", "--field-manager=sandboxpool-controller", "-f", "-")
 	out = kubectl(t, "", "get", "spc", "columns")
-	if h := strings.Fields(strings.SplitN(out, "\n", 2)[0]); strings.Join(h, " ") != "NAME TOTAL READY NOTREADY AGE" {
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if h := strings.Fields(lines[0]); strings.Join(h, " ") != "NAME TOTAL READY NOTREADY CPU MEMORY ALLOCATED FREE AGE" {
 		t.Errorf("class columns: %v", h)
+	}
+	if r := strings.Fields(lines[len(lines)-1]); len(r) < 8 || strings.Join(r[:8], " ") != "columns 3 2 1 1500m 768Mi 13Mi 499Mi" {
+		t.Errorf("class row: %v", r)
 	}
 }
 

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
@@ -25,9 +27,11 @@ import (
 const idlePeriod = 60 * time.Second
 
 // TestIdleControllerWritesNothing: 50 healthy pools whose agents keep renewing their Leases
-// for 60 s. The controller writes nothing — the API server's audit log has no write request
-// from the controller's identity in that window — and reconciles each pool about once per
-// Lease TTL, not once per renewal.
+// for 60 s, after the class has summed their capacity. The controller writes nothing —
+// the API server's audit log has no write request from the controller's identity in that
+// window, neither to the pools nor to the class's status — and reconciles each pool about
+// once per Lease TTL, not once per renewal. Then one pool's memory in use changes and the
+// class's figures follow.
 func TestIdleControllerWritesNothing(t *testing.T) {
 	cp := suite.Require(t)
 	ctx := context.Background()
@@ -59,19 +63,23 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	renewed := make(chan int, 1)
 	renewals.Go(func() { renewed <- renewForever(renewCtx, t, agents, pools) })
 	t.Cleanup(func() { stopRenewing(); renewals.Wait() })
-	for _, p := range pools {
-		agentReports(t, p, metav1.ConditionTrue)
+	// Each agent reports a lock of 1 cpu and 1Gi, 100Mi in use, half the pools in each zone.
+	for i, p := range pools {
+		agentReportsWith(t, p, metav1.ConditionTrue, idleCapacity(i, 100<<20))
 	}
 	var c v1alpha1.SandboxPoolClass
-	eventually(t, "all 50 pools Ready and recorded as ever ready", 30*time.Second, func() (bool, string) {
+	const wantCapacity = "50/50Gi/5000Mi/46200Mi zone-a 25 25/25Gi/2500Mi/23100Mi zone-b 25 25/25Gi/2500Mi/23100Mi"
+	eventually(t, "all 50 pools Ready and summed in the class's capacity", 30*time.Second, func() (bool, string) {
 		_ = admin.Get(ctx, types.NamespacedName{Name: class}, &c)
-		ever := 0
+		ready := 0
 		for _, p := range poolsOfClass(t, class) {
-			if p.Annotations[v1alpha1.AnnotationEverReady] == "true" {
-				ever++
+			if p.Status.Phase == v1alpha1.PhaseReady {
+				ready++
 			}
 		}
-		return c.Status.ReadySandboxPools == n && ever == n, fmt.Sprintf("ready %d, ever ready %d", c.Status.ReadySandboxPools, ever)
+		got := capacityText(c.Status.Capacity)
+		return c.Status.ReadySandboxPools == n && ready == n && got == wantCapacity,
+			fmt.Sprintf("class counts %d Ready, %d pools Ready, capacity %s", c.Status.ReadySandboxPools, ready, got)
 	})
 
 	from, before := time.Now(), reconciles(t)
@@ -105,6 +113,71 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	if after-before > float64(leaseWrites)/2 {
 		t.Errorf("%.0f pool reconciles for %d lease renewals: the controller reconciles every renewal", after-before, leaseWrites)
 	}
+
+	// A pass over the class that finds its pools as they were writes nothing either (an
+	// annotation on the class makes one; nothing at rest does).
+	from, before = time.Now(), reconcilesOf(t, "sandboxpoolclass")
+	for i := range 3 {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := admin.Get(ctx, types.NamespacedName{Name: class}, &c); err != nil {
+				return err
+			}
+			metav1.SetMetaDataAnnotation(&c.ObjectMeta, "sandbox.test/pass", fmt.Sprint(i))
+			return admin.Update(ctx, &c)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a class pass", 10*time.Second, func() (bool, string) {
+			got := reconcilesOf(t, "sandboxpoolclass")
+			return got > before+float64(i), fmt.Sprintf("%.0f class reconciles", got-before)
+		})
+	}
+	if events, err = framework.AuditEvents(suite.CP.AuditLog(), from, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.User.Username == controllerUser {
+			t.Errorf("controller write on a class pass with nothing changed: %s %s/%s %s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Subresource, e.ObjectRef.Name)
+		}
+	}
+
+	// One pool's sandboxes now use 612Mi: the class's figures follow.
+	changed := time.Now()
+	agentReportsWith(t, pools[0], metav1.ConditionTrue, idleCapacity(0, 612<<20))
+	const wantAfter = "50/50Gi/5512Mi/45688Mi zone-a 25 25/25Gi/3012Mi/22588Mi zone-b 25 25/25Gi/2500Mi/23100Mi"
+	eventually(t, "the class's capacity follows the pool's memory in use", 30*time.Second, func() (bool, string) {
+		_ = admin.Get(ctx, types.NamespacedName{Name: class}, &c)
+		got := capacityText(c.Status.Capacity)
+		return got == wantAfter, got
+	})
+	t.Logf("the class's capacity followed the pool's report %s after it", time.Since(changed).Round(time.Millisecond))
+}
+
+// idleCapacity is what the agent of the i-th idle pool reports: its lock of 1 cpu and 1Gi,
+// node-ctl's 1Gi allocatable and the memory in use, in zone-a or zone-b.
+func idleCapacity(i int, allocated int64) map[string]any {
+	inUse := v1alpha1.MebibytesUp(allocated)
+	return map[string]any{
+		"capacity": map[string]any{"cpu": "1", "memory": "1Gi", "allocatedMemory": inUse.String()},
+		"poolInfo": map[string]any{"zone": []string{"zone-a", "zone-b"}[i%2], "allocatableMemoryBytes": int64(1 << 30), "allocatedMemoryBytes": allocated},
+	}
+}
+
+// capacityText renders a class's capacity as "cpu/memory/allocated/free", then each zone
+// with its pool count and figures.
+func capacityText(c *v1alpha1.ClassCapacity) string {
+	if c == nil {
+		return "none"
+	}
+	text := func(f v1alpha1.CapacityFigures) string {
+		return fmt.Sprintf("%s/%s/%s/%s", f.CPU, f.Memory, f.AllocatedMemory, f.FreeMemory)
+	}
+	parts := []string{text(c.CapacityFigures)}
+	for _, z := range c.Zones {
+		parts = append(parts, fmt.Sprintf("%s %d %s", z.Zone, z.Pools, text(z.CapacityFigures)))
+	}
+	return strings.Join(parts, " ")
 }
 
 // renewForever renews every pool's Lease once a second, in the name of the pool's node as

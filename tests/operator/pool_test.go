@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -27,14 +28,23 @@ import (
 // agentReports applies the agent's conditions as the agent's field manager.
 func agentReports(t *testing.T, pool string, podReady metav1.ConditionStatus) {
 	t.Helper()
+	agentReportsWith(t, pool, podReady, nil)
+}
+
+// agentReportsWith applies the agent's conditions and the other status fields given, as the
+// agent's field manager: everything the agent owns, as each of its applies does.
+func agentReportsWith(t *testing.T, pool string, podReady metav1.ConditionStatus, fields map[string]any) {
+	t.Helper()
 	cond := func(typ string, s metav1.ConditionStatus) map[string]any {
 		return framework.Condition(typ, string(s), "Test")
 	}
-	patch, _ := json.Marshal(framework.PoolStatus(pool, map[string]any{"conditions": []any{
+	status := map[string]any{"conditions": []any{
 		cond(v1alpha1.ConditionPlaceholderPodReady.String(), podReady),
 		cond(v1alpha1.ConditionNodeCtlHealthy.String(), metav1.ConditionTrue),
 		cond(v1alpha1.ConditionResourceSynced.String(), metav1.ConditionTrue),
-	}}).Object)
+	}}
+	maps.Copy(status, fields)
+	patch, _ := json.Marshal(framework.PoolStatus(pool, status).Object)
 	p := &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 	if err := admin.Status().Patch(context.Background(), p, client.RawPatch(types.ApplyPatchType, patch),
 		client.FieldOwner(v1alpha1.FieldManagerAgent)); err != nil {
@@ -98,9 +108,15 @@ func phaseIs(ph v1alpha1.SandboxPoolPhase, condType string, status metav1.Condit
 	}
 }
 
-// reconciles is the controller's count of reconciles that did not fail (success, requeue,
-// requeue_after), from its own metrics.
+// reconciles is the pool controller's count of reconciles that did not fail (success,
+// requeue, requeue_after), from its own metrics.
 func reconciles(t *testing.T) float64 {
+	t.Helper()
+	return reconcilesOf(t, "sandboxpool")
+}
+
+// reconcilesOf is the count of reconciles of the named controller that did not fail.
+func reconcilesOf(t *testing.T, controller string) float64 {
 	t.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
@@ -114,7 +130,7 @@ func reconciles(t *testing.T) float64 {
 		for _, m := range f.GetMetric() {
 			var ctrlOK, failed bool
 			for _, l := range m.GetLabel() {
-				ctrlOK = ctrlOK || (l.GetName() == "controller" && l.GetValue() == "sandboxpool")
+				ctrlOK = ctrlOK || (l.GetName() == "controller" && l.GetValue() == controller)
 				failed = failed || (l.GetName() == "result" && l.GetValue() == "error")
 			}
 			if ctrlOK && !failed {
@@ -155,9 +171,10 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 	agentReports(t, name, metav1.ConditionTrue)
 	waitFor(t, name, "lease and pod ready → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
-	p = waitFor(t, name, "ever-ready recorded", 10*time.Second, func(p *v1alpha1.SandboxPool) bool {
-		return p.Annotations[v1alpha1.AnnotationEverReady] == "true"
-	})
+	p = waitFor(t, name, "Ready", 10*time.Second, func(p *v1alpha1.SandboxPool) bool { return p.Status.Phase == v1alpha1.PhaseReady })
+	if p.Annotations[v1alpha1.AnnotationEverReady] != "" {
+		t.Errorf("ever-ready written while the pool is Ready (its phase says so): a write per pool a fan-out does not need")
+	}
 
 	// At rest, renewals of a healthy pool are not reconciled one by one (the pass that saw
 	// it healthy requeued it for its Lease's expiry, and that pass reads the newest
@@ -197,8 +214,11 @@ func TestPoolPhaseLifecycle(t *testing.T) {
 
 	// The pod goes away after the pool had been Ready: Unready, not Pending.
 	agentReports(t, name, metav1.ConditionFalse)
-	waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
+	p = waitFor(t, name, "pod lost after Ready → Unready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseUnready, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseExpired"))
+	if p.Annotations[v1alpha1.AnnotationEverReady] != "true" {
+		t.Errorf("the pool left Ready without its ever-ready marker: %v", p.Annotations)
+	}
 
 	// Node deletion while the agent is healthy and the pod ready: Ready → Unready.
 	renewLease(t, name)
@@ -265,4 +285,23 @@ func TestLeaseOfAnotherHolderIgnored(t *testing.T) {
 	renewLease(t, name)
 	waitFor(t, name, "its node holds the Lease again → Ready", 10*time.Second,
 		phaseIs(v1alpha1.PhaseReady, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionTrue, "LeaseRenewed"))
+}
+
+// TestNewPoolWithoutAgent: a new pool on a node whose agent never takes its Lease is left
+// unwritten for the Lease TTL (its agent may be on its way), then Pending with LeaseNotFound.
+func TestNewPoolWithoutAgent(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	const node = "op-node-no-agent"
+	if err := admin.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	pool := wrappers.MakePool(node).Class("c1").Resources("1", "1Gi").Obj()
+	if err := admin.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, wrappers.MakePool(node).Class("c1").Resources("1", "1Gi").Obj()) })
+	waitFor(t, naming.PoolName(node), "no agent within the Lease TTL → Pending", leaseTTL+10*time.Second,
+		phaseIs(v1alpha1.PhasePending, v1alpha1.ConditionPlaceholderAgentHealthy.String(), metav1.ConditionFalse, "LeaseNotFound"))
 }

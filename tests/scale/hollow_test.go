@@ -9,104 +9,130 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/agentcube/sandboxpool/agent/hollow"
 	"github.com/agentcube/sandboxpool/operator"
-	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
-	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 
-// TestHollowNodes proves the hollow-node mode on a real API server with the real controller
-// (in process, as its service account): 20 hollow nodes renew one Lease each per interval,
-// their pools reach Ready through the real agent code, and stopping two agents makes exactly
-// their pools' PlaceholderAgentHealthy False. It runs in make test; the sizes of the scale
-// benchmarks run under SANDBOXPOOL_BENCH (make bench-scale).
+// TestHollowNodes checks the harness of make bench-scale on a few nodes: every hollow node
+// writes as itself (the audit log names system:node:<node> for its pods and its pool's
+// status, and its Lease identity for its Lease; the fleet's shared reader writes nothing),
+// the hollow kubelet makes a DaemonSet's pods Ready as it makes the pools' placeholder pods
+// Ready, and the control plane's counters are read back for each phase.
 func TestHollowNodes(t *testing.T) {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	cp, err := framework.Start()
-	framework.Require(t, cp, err)
-	t.Cleanup(func() { _ = cp.Stop() })
-	e := setUpCluster(t, cp)
+	const n = 4
+	c := newHollowCluster(t, n, clusterOptions{audit: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	began := time.Now()
+	o := hollowOptions{renew: time.Second, ttl: 4 * time.Second, workers: 4}
 
-	const (
-		n        = 20
-		renew    = 500 * time.Millisecond
-		leaseTTL = 3 * time.Second
-	)
-	startController(ctx, t, e, leaseTTL)
-	names := hollow.NodeNames("hollow", n)
-	if err := hollow.CreateNodes(ctx, e.admin, names, map[string]string{"pool": "hollow"}, 8); err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := hollow.Start(ctx, e.cp.Config, hollow.Options{Nodes: names, Dir: shmDir(t), RenewInterval: renew,
-		LeaseTTL: leaseTTL, NodeCtlPollInterval: time.Second, Workers: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.admin.Create(ctx, wrappers.MakeClass("hollow").Selector("pool", "hollow").Resources("500m", "256Mi").Obj()); err != nil {
-		t.Fatal(err)
-	}
-	support.Eventually(t, "every pool Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
-		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
-		return ready == n, state
+	c.startHollow(t, "hollow-nodes-ds", o)
+	c.startKCM(t)
+	c.startScheduler(t)
+	obs := newObserver(ctx, t, c.e.admin)
+	p := &phaseRunner{t: t, ctx: ctx, c: c, obs: obs, limit: 40 * time.Second}
+	ds := p.run(sideDS, "create", "create → all pods Ready", n, func() {
+		if err := c.e.admin.Create(ctx, benchDaemonSet("100%")); err != nil {
+			t.Fatal(err)
+		}
+	}, func() string {
+		k, all := obs.podsWhere(func(pod *corev1.Pod) bool { return podRunningAndReady(pod) })
+		return unless(k == n && all == n, "%d of %d DaemonSet pods Ready (%d pods)", k, n, all)
 	})
-	for _, node := range names {
-		if gen, res := nodes.NodeCtl(node).Applied(); gen == 0 || res["memory"] != "256Mi" {
-			t.Errorf("node %s: the simulated node-ctl applied generation %d, resources %v", node, gen, res)
+	c.stop("kube-controller-manager")
+	c.stop("kube-scheduler")
+	c.stop("hollow-nodes-ds")
+
+	c.mintLeaseTokens(t)
+	c.startHollow(t, "hollow-nodes-pool", o)
+	c.startPoolController(t, o.ttl)
+	pool := p.run(sidePool, "create", "create → all pools Ready", n, func() {
+		if err := c.e.admin.Create(ctx, wrappers.MakeClass("hollow").Selector("pool", "scale").Resources("500m", "256Mi").Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}, func() string {
+		k, all := obs.poolsWhere(func(p *v1alpha1.SandboxPool) bool { return p.Status.Phase == v1alpha1.PhaseReady })
+		return unless(k == n, "%d of %d pools Ready (%d pools)", k, n, all)
+	})
+	// A few renewal intervals at rest: every node renews its Lease.
+	steady := p.timed(sidePool, n, 3*o.renew)
+
+	for _, ph := range []*phaseResult{ds, pool} {
+		if !ph.reached {
+			t.Fatalf("%s %s: the hollow nodes did not get there", ph.side, ph.name)
+		}
+		t.Logf("%s", ph.line(&scaleRun{}))
+	}
+	// The counters, read back: each phase saw the writes its objects need.
+	for _, want := range []struct {
+		ph  *phaseResult
+		key string
+	}{{ds, "POST pods"}, {ds, "PUT pods/status"}, {pool, "POST sandboxpools"}, {pool, "POST leases"}, {pool, "POST pods"},
+		{pool, "PUT pods/status"}, {pool, "APPLY sandboxpools/status"}, {steady, renewal}} {
+		if got := want.ph.cost.requests[want.key]; got < n {
+			t.Errorf("%s %s: the API server counted %.0f %q, want at least one per node (%d); all: %v", want.ph.side, want.ph.name, got, want.key, n, want.ph.cost.requests)
+		}
+	}
+	for _, ph := range []*phaseResult{ds, pool} {
+		if ph.cost.etcdBytes <= 0 || total(ph.cost.watch, nil) < n || ph.cost.cpu["kube-apiserver"] <= 0 || ph.cost.cpu["etcd"] <= 0 {
+			t.Errorf("%s %s: etcd WAL bytes %.0f, watch events %v, CPU %v: want each read back", ph.side, ph.name, ph.cost.etcdBytes, ph.cost.watch, ph.cost.cpu)
 		}
 	}
 
-	// Renewals: one per pool per interval, from a watch over a few intervals.
-	w, err := e.admin.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(v1alpha1.DefaultLeaseNamespace))
+	// Who wrote what: each node as itself, for both sides.
+	events, err := framework.AuditEvents(c.e.cp.AuditLog(), began, time.Now().Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	window := 8 * renew
-	renewals := 0
-	for end := time.After(window); ; {
-		select {
-		case ev := <-w.ResultChan():
-			if ev.Type == watch.Modified {
-				renewals++
-			}
+	type write struct{ user, what string }
+	seen := map[write]bool{}
+	var firstPool []string
+	for _, ev := range events {
+		if ev.ObjectRef.Name == "placeholder-"+c.names[0] && ev.ObjectRef.Resource == "sandboxpools" {
+			firstPool = append(firstPool, fmt.Sprintf("%s %s/%s by %s (%d)", ev.StageTimestamp.Format("15:04:05.000"), ev.Verb,
+				ev.ObjectRef.Subresource, ev.User.Username, ev.ResponseStatus.Code))
+		}
+		if ev.User.Username == "hollow-nodes-reader" {
+			t.Errorf("the fleet's shared reader wrote: %s %s %s/%s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Namespace, ev.ObjectRef.Name)
+		}
+		if ev.ResponseStatus.Code >= 300 {
 			continue
-		case <-end:
 		}
-		break
+		what := ev.Verb + " " + ev.ObjectRef.Resource
+		if ev.ObjectRef.Subresource != "" {
+			what += "/" + ev.ObjectRef.Subresource
+		}
+		seen[write{ev.User.Username, ev.ObjectRef.Namespace + " " + what}] = true
 	}
-	w.Stop()
-	want := n * int(window/renew)
-	t.Logf("%d Lease renewals in %s by %d hollow agents (one per %s: %d)", renewals, window, n, renew, want)
-	if renewals < want/2 || renewals > want*3/2 {
-		t.Errorf("%d Lease renewals in %s, want about %d (one per pool per %s)", renewals, window, want, renew)
+	t.Logf("the writes of pool placeholder-%s:\n%s", c.names[0], strings.Join(firstPool, "\n"))
+	for _, node := range c.names {
+		nodeUser := "system:node:" + node
+		leaseUser := "system:serviceaccount:" + v1alpha1.DefaultLeaseNamespace + ":" + v1alpha1.LeaseServiceAccountPrefix + node
+		for _, w := range []write{
+			{nodeUser, dsNamespace + " update pods/status"},                  // the DaemonSet's pod
+			{nodeUser, v1alpha1.DefaultPodNamespace + " create pods"},        // the placeholder's mirror pod
+			{nodeUser, v1alpha1.DefaultPodNamespace + " update pods/status"}, // and its status
+			{nodeUser, " patch sandboxpools/status"},                         // the agent's status
+			{leaseUser, v1alpha1.DefaultLeaseNamespace + " create leases"},   // the agent's Lease
+			{leaseUser, v1alpha1.DefaultLeaseNamespace + " update leases"},   // renewed
+		} {
+			if !seen[w] {
+				t.Errorf("the audit log has no %q by %s", w.what, w.user)
+			}
+		}
 	}
-
-	// Two agents stop: exactly their pools lose PlaceholderAgentHealthy.
-	stopped := names[:2]
-	for _, node := range stopped {
-		nodes.StopAgent(node)
-	}
-	took := support.Eventually(t, "stopped agents' pools unhealthy", time.Minute, 100*time.Millisecond, func() (bool, string) {
-		unhealthy := unhealthyPools(ctx, e)
-		return len(unhealthy) == len(stopped) && unhealthy[naming.PoolName(stopped[0])] && unhealthy[naming.PoolName(stopped[1])],
-			fmt.Sprintf("unhealthy: %v", unhealthy)
-	})
-	t.Logf("stopped agents detected after %s (TTL %s)", took.Round(time.Millisecond), leaseTTL)
 }
 
 // setUpCluster applies deploy/'s namespaces, RBAC, RuntimeClass and the controller's
@@ -191,55 +217,10 @@ func countPhase(ctx context.Context, e *env, phase v1alpha1.SandboxPoolPhase) (i
 	return by[phase], fmt.Sprintf("%d pools by phase: %v; %s", len(pools.Items), by, example)
 }
 
-// unhealthyPools are the pools whose PlaceholderAgentHealthy is False.
-func unhealthyPools(ctx context.Context, e *env) map[string]bool {
-	var pools v1alpha1.SandboxPoolList
-	out := map[string]bool{}
-	if err := e.admin.List(ctx, &pools); err != nil {
-		return out
-	}
-	for _, p := range pools.Items {
-		if meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionPlaceholderAgentHealthy.String()) {
-			out[p.Name] = true
-		}
-	}
-	return out
-}
-
-// TestHollowNodesCommand runs cmd/hollow-nodes as its own process with its own kubeconfig:
-// it creates the Node objects, and its five hollow nodes' pools reach Ready. The controller
-// is a process too (a second in-process manager would reuse TestHollowNodes' controller
-// names, which controller-runtime refuses).
-func TestHollowNodesCommand(t *testing.T) {
-	cp, err := framework.Start()
-	framework.Require(t, cp, err)
-	t.Cleanup(func() { _ = cp.Stop() })
-	e := setUpCluster(t, cp)
-	ctx := context.Background()
-	startControllerProcess(t, e, 4*time.Second)
-	bin, err := support.BuildBinary(cp.Root, e.dir, "./cmd/hollow-nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cp.KubeconfigFor(e.dir, "hollow-nodes", "system:masters")
-	if err != nil {
-		t.Fatal(err)
-	}
-	support.StartProcess(t, "hollow-nodes", bin, "--kubeconfig", kc, "--nodes=5", "--node-prefix=cmd",
-		"--node-label=pool=cmd", "--lease-renew-interval=1s", "--lease-ttl=4s", "--dir", shmDir(t), "--churn=30")
-	if err := e.admin.Create(ctx, wrappers.MakeClass("cmd").Selector("pool", "cmd").Resources("250m", "128Mi").Obj()); err != nil {
-		t.Fatal(err)
-	}
-	support.Eventually(t, "the command's five pools Ready", time.Minute, 100*time.Millisecond, func() (bool, string) {
-		ready, state := countPhase(ctx, e, v1alpha1.PhaseReady)
-		return ready == 5, state
-	})
-}
-
 // fairUser returns a client configuration for name in groups, bound to cluster-admin, so
 // that API Priority and Fairness classifies it as a real cluster would the component it
 // plays (kube-controller-manager by its user name), not as exempt system:masters.
-func fairUser(t *testing.T, e *env, name string, groups ...string) *rest.Config {
+func fairUser(t testing.TB, e *env, name string, groups ...string) *rest.Config {
 	t.Helper()
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-" + strings.ReplaceAll(name, ":", "-")},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},

@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/agentcube/sandboxpool/agent/hollow"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/hollow"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
 

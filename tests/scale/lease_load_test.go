@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/agentcube/sandboxpool/agent/hollow"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/hollow"
 )
 
 // leaseLoadEnv sets the sizes of TestLeaseLoad (make bench-lease-load), e.g. "10000".
@@ -74,7 +74,8 @@ func leaseLoad(t *testing.T, n int, window time.Duration) {
 		lats  []time.Duration
 		fails int
 	)
-	c0 := requestCounts(t, ctx, cs)
+	etcdURL := cp.Env.ControlPlane.Etcd.URL.String()
+	c0 := readCounters(t, ctx, cs, etcdURL, nil)
 	a0, e0 := sample(t, apiPID), sample(t, etcdPID)
 	began := time.Now()
 	var wg sync.WaitGroup
@@ -107,9 +108,9 @@ func leaseLoad(t *testing.T, n int, window time.Duration) {
 	}
 	wg.Wait()
 	elapsed := time.Since(began)
-	c1 := requestCounts(t, ctx, cs)
+	c1 := readCounters(t, ctx, cs, etcdURL, nil)
 	a1, e1 := sample(t, apiPID), sample(t, etcdPID)
-	got := (c1["PUT leases"] - c0["PUT leases"]) / elapsed.Seconds()
+	got := (c1.requests["PUT leases"] - c0.requests["PUT leases"]) / elapsed.Seconds()
 	slices.Sort(lats)
 	t.Logf("FIGURE lease-load leases=%d: wanted %.0f updates/s, the API server counted %.0f/s (%d failed); update latency p50=%s p99=%s; kube-apiserver cpu=%.2f cores rss=%dMiB, etcd cpu=%.2f cores rss=%dMiB; load %v",
 		n, want, got, fails, pct(lats, 50), pct(lats, 99), a1.CoresSince(a0), a1.RSSKiB/1024, e1.CoresSince(e0), e1.RSSKiB/1024, loadAvg())

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,10 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/agentcube/sandboxpool/agent/hollow"
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
+	"github.com/agentcube/sandboxpool/tests/hollow"
 	"github.com/agentcube/sandboxpool/tests/support"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
@@ -265,4 +267,16 @@ func sample(t *testing.T, pid int) framework.Usage {
 		t.Fatal(err)
 	}
 	return u
+}
+
+func parseSizes(t *testing.T, s string) []int {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("sizes: %q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out
 }

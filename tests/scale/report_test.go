@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,103 +25,76 @@ const (
 	reproduce = "make bench-scale    # = SANDBOXPOOL_BENCH=1 go test -run TestHollowScale ./tests/scale/ with TEST_ENV"
 )
 
-// writeScaleReport writes the PNG plots into docsDir/bench and the tables into the
-// generated section of docsDir/benchmarks.md.
-func writeScaleReport(docsDir string, rs []*scaleResult, notRun []string, wall time.Duration) error {
-	if len(rs) == 0 {
-		return nil
-	}
+// pairs are the rows of the side-by-side table: a DaemonSet phase and the pool phase that
+// does the same for a node.
+var pairs = []struct{ ds, pool string }{
+	{"create", "create"}, {"steady", "steady"}, {"change", "change-up"}, {"change", "change-down"}, {"loss", "loss"}, {"delete", "delete"},
+}
+
+// writeScaleReport writes the plots into docsDir/bench and the tables into the generated
+// section of docsDir/benchmarks.md.
+func writeScaleReport(docsDir string, r *scaleRun) error {
 	if err := os.MkdirAll(filepath.Join(docsDir, "bench"), 0o755); err != nil {
 		return err
 	}
-	sec := func(d time.Duration) float64 { return d.Seconds() }
-	plots := []struct {
-		file, title, y string
-		series         []series
-	}{
-		{"scale-fanout.png", "Fan-out: one class / one DaemonSet over N nodes", "seconds", []series{
-			{"plain create loop (pools)", func(r *scaleResult) float64 { return sec(r.Plain) }},
-			{"DaemonSet: all pods exist", func(r *scaleResult) float64 { return sec(r.DaemonSet) }},
-			{"class: all pools exist", func(r *scaleResult) float64 { return sec(r.Exist) }},
-			{"class: all pools Ready (hollow agents)", func(r *scaleResult) float64 { return sec(r.Ready) }},
-		}},
-		{"scale-policy.png", "Policy change at N nodes", "seconds", []series{
-			{"all pool snapshots updated", func(r *scaleResult) float64 { return sec(r.Snapshots) }},
-			{"all node-ctls applied", func(r *scaleResult) float64 { return sec(r.Applied) }},
-			{"all statuses synced", func(r *scaleResult) float64 { return sec(r.AppliedStatus) }},
-		}},
-		{"scale-detection.png", "Detection (1 % of nodes), TTL 40 s, renew 10 s", "seconds", []series{
-			{"agent stopped → unhealthy, p50", func(r *scaleResult) float64 { return sec(r.DetectP50) }},
-			{"agent stopped → unhealthy, p99", func(r *scaleResult) float64 { return sec(r.DetectP99) }},
-			{"past Lease expiry, p99", func(r *scaleResult) float64 { return sec(r.PastTTLP99) }},
-			{"node deleted → NodeNotFound, p99", func(r *scaleResult) float64 { return sec(r.NodeNotFoundP99) }},
-		}},
-		{"scale-fanout-cpu.png", "CPU during the class fan-out", "cores", []series{
-			{"kube-apiserver", func(r *scaleResult) float64 { return r.FanoutCores["kube-apiserver"] }},
-			{"etcd", func(r *scaleResult) float64 { return r.FanoutCores["etcd"] }},
-			{"controller", func(r *scaleResult) float64 { return r.FanoutCores["controller"] }},
-			{"test + hollow nodes", func(r *scaleResult) float64 { return r.FanoutCores["test+hollow"] }},
-		}},
+	if err := fanoutPlot(filepath.Join(docsDir, "bench", "scale-fanout.png"), r); err != nil {
+		return fmt.Errorf("plot scale-fanout.png: %w", err)
 	}
-	for _, p := range plots {
-		if err := linePlot(filepath.Join(docsDir, "bench", p.file), p.title, p.y, rs, p.series); err != nil {
-			return fmt.Errorf("plot %s: %w", p.file, err)
+	for _, b := range []struct {
+		file, title, y string
+		v              func(*phaseResult, cost) float64
+	}{
+		{"scale-requests.png", "API requests per node, by phase", "requests per node", func(p *phaseResult, c cost) float64 {
+			return total(c.requests, nil) / float64(p.nodes)
+		}},
+		{"scale-cpu.png", "kube-apiserver CPU per node, by phase", "CPU ms per node", func(p *phaseResult, c cost) float64 {
+			return float64(c.cpu["kube-apiserver"].Microseconds()) / 1000 / float64(p.nodes)
+		}},
+	} {
+		if err := barPlot(filepath.Join(docsDir, "bench", b.file), b.title, b.y, r, b.v); err != nil {
+			return fmt.Errorf("plot %s: %w", b.file, err)
 		}
 	}
-	section := renderSection(rs, notRun, wall)
 	path := filepath.Join(docsDir, "benchmarks.md")
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	b, rest, ok := bytes.Cut(doc, []byte(reportBegin))
+	head, rest, ok := bytes.Cut(doc, []byte(reportBegin))
 	if !ok {
 		return fmt.Errorf("%s has no %q marker", path, reportBegin)
 	}
-	_, after, ok := bytes.Cut(rest, []byte(reportEnd))
+	_, tail, ok := bytes.Cut(rest, []byte(reportEnd))
 	if !ok {
 		return fmt.Errorf("%s has no %q marker", path, reportEnd)
 	}
 	var out bytes.Buffer
-	for _, part := range [][]byte{b, []byte(reportBegin), []byte(section), []byte(reportEnd), after} {
+	for _, part := range [][]byte{head, []byte(reportBegin), []byte(renderSection(r)), []byte(reportEnd), tail} {
 		out.Write(part)
 	}
 	return os.WriteFile(path, out.Bytes(), 0o644)
 }
 
-type series struct {
-	name string
-	y    func(*scaleResult) float64
-}
-
-func linePlot(path, title, ylabel string, rs []*scaleResult, ss []series) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "nodes (N)"
-	p.Y.Label.Text = ylabel
-	p.Legend.Top, p.Legend.Left = true, true
-	for i, s := range ss {
-		pts := make(plotter.XYs, len(rs))
-		for j, r := range rs {
-			pts[j] = plotter.XY{X: float64(r.N), Y: s.y(r)}
+// phase is the run's phase of side named name.
+func (r *scaleRun) phase(side, name string) *phaseResult {
+	for _, p := range r.phases {
+		if p.side == side && p.name == name {
+			return p
 		}
-		l, sc, err := plotter.NewLinePoints(pts)
-		if err != nil {
-			return err
-		}
-		c := plotutil.Color(i)
-		l.Color, sc.Color = c, c
-		l.Dashes = plotutil.Dashes(i)
-		sc.Shape = plotutil.Shape(i)
-		p.Add(l, sc)
-		p.Legend.Add(s.name, l, sc)
 	}
-	p.Add(plotter.NewGrid())
-	p.BackgroundColor = color.White
-	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+	return nil
 }
 
-func renderSection(rs []*scaleResult, notRun []string, wall time.Duration) string {
+// own is the phase's cost beyond its side's steady state (the steady phase itself as it is,
+// per minute).
+func (r *scaleRun) own(p *phaseResult) cost {
+	if p.name == "steady" {
+		return p.cost
+	}
+	return p.cost.beyond(r.steady[p.side])
+}
+
+func renderSection(r *scaleRun) string {
 	var b strings.Builder
 	d := func(x time.Duration) string {
 		if x < time.Second {
@@ -129,80 +103,216 @@ func renderSection(rs []*scaleResult, notRun []string, wall time.Duration) strin
 		return x.Round(100 * time.Millisecond).String()
 	}
 	fmt.Fprintf(&b, "\n\n```sh\n%s\n```\n\n", reproduce)
-	fmt.Fprintf(&b, "Measured %s; the whole run took %s (load average at the start of each size: ",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), wall.Round(time.Second))
-	for i, r := range rs {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "N=%d: %s", r.N, strings.Join(r.Load[:], " "))
+	commit := r.commit
+	if commit == "" {
+		commit = "(not given: SANDBOXPOOL_COMMIT)"
 	}
-	b.WriteString(").\n\n")
-	b.WriteString("**Fan-out** (one class, one DaemonSet and a plain loop over the same N nodes; ![fan-out](bench/scale-fanout.png)):\n\n")
-	b.WriteString("| N | Node objects | plain create loop | DaemonSet: pods exist | class: pools exist | class: pools Ready | exist ÷ plain | exist ÷ DaemonSet | Ready ÷ DaemonSet |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s (%d Ready) | %.2f | %.2f | %.2f |\n", r.N, d(r.Nodes), d(r.Plain), d(r.DaemonSet),
-			d(r.Exist), d(r.Ready), r.ReadyCount, r.Exist.Seconds()/r.Plain.Seconds(), r.Exist.Seconds()/r.DaemonSet.Seconds(),
-			r.Ready.Seconds()/r.DaemonSet.Seconds())
-	}
-	b.WriteString("\nCPU (cores, averaged over the class fan-out until all pools are Ready) and RSS at its end (MiB; ![cpu](bench/scale-fanout-cpu.png)):\n\n")
-	b.WriteString("| N | kube-apiserver | etcd | controller | test + hollow nodes |\n|---|---|---|---|---|\n")
-	for _, r := range rs {
-		cell := func(k string) string {
-			return fmt.Sprintf("%.2f / %d MiB", r.FanoutCores[k], r.Fanout[k].RSSKiB/1024)
-		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", r.N, cell("kube-apiserver"), cell("etcd"), cell("controller"), cell("test+hollow"))
-	}
-	b.WriteString("\n**Policy change** (the class's cpu 1 → 2, memory 1Gi → 2Gi; ![policy](bench/scale-policy.png)):\n\n")
-	b.WriteString("| N | all snapshots updated | all hollow node-ctls applied | all statuses `ResourceSynced` at the new generation |\n|---|---|---|---|\n")
-	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", r.N, d(r.Snapshots), d(r.Applied), d(r.AppliedStatus))
-	}
-	b.WriteString("\n**Detection** (1 % of the nodes; Lease TTL 40 s, renewal every 10 s; ![detection](bench/scale-detection.png)):\n\n")
-	b.WriteString("| N | agents stopped → `PlaceholderAgentHealthy=False`, p50 / p99 | of which past the Lease's expiry, p50 / p99 | nodes deleted → `NodeNotFound`, p50 / p99 |\n|---|---|---|---|\n")
-	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %s / %s | %s / %s | %s / %s |\n", r.N, d(r.DetectP50), d(r.DetectP99), d(r.PastTTLP50), d(r.PastTTLP99),
-			d(r.NodeNotFoundP50), d(r.NodeNotFoundP99))
-	}
-	for _, r := range rs {
-		s := r.Steady
-		if s == nil {
+	fmt.Fprintf(&b, "Measured %s at commit %s, %d hollow nodes, the whole run %s; load average at the start %s.\n\n",
+		r.began.UTC().Format("2006-01-02 15:04 MST"), commit, r.n, r.wall.Round(time.Second), strings.Join(r.load[:], " "))
+	b.WriteString("Per node, side by side. Requests are the API server's `apiserver_request_total`, CPU is kube-apiserver's " +
+		"(`/proc`), etcd is `etcd_disk_wal_write_bytes_total`, watch events `apiserver_watch_events_total` (each event " +
+		"to each watcher); the measurement's own watches and lists are left out. A pool phase's cost is what it adds to the " +
+		"steady state (the Lease renewals and their CPU over the phase's time, as measured in the steady row, taken off); " +
+		"the steady row is per node per minute. A loss row is per lost node.\n\n")
+	b.WriteString("| phase | DaemonSet | SandboxPool | time | requests | × | kube-apiserver CPU (ms) | × | etcd WAL (bytes) | watch events |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, pr := range pairs {
+		ds, pool := r.phase(sideDS, pr.ds), r.phase(sidePool, pr.pool)
+		if ds == nil || pool == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "\n**Steady state at N = %d** (%s window after the fan-out settled; load average %s; the API server's own `apiserver_request_total` by verb and resource, non-resource requests such as /metrics left out):\n\n",
-			r.N, s.Window, strings.Join(s.Load[:], " "))
-		b.WriteString("| verb | resource | requests/s |\n|---|---|---|\n")
-		rare := 0
-		for _, x := range s.Rates {
-			if x.PerSecond < 0.01 {
-				rare++ // the watches' reconnects and one-off lists
+		dc, pc := r.own(ds), r.own(pool)
+		scale := func(p *phaseResult, c cost) float64 {
+			if p.name == "steady" {
+				return 60 / c.took.Seconds() / float64(p.nodes)
+			}
+			return 1 / float64(p.nodes)
+		}
+		ds1, pool1 := scale(ds, dc), scale(pool, pc)
+		dreq, preq := total(dc.requests, nil)*ds1, total(pc.requests, nil)*pool1
+		dcpu, pcpu := float64(dc.cpu["kube-apiserver"].Microseconds())/1000*ds1, float64(pc.cpu["kube-apiserver"].Microseconds())/1000*pool1
+		when := func(p *phaseResult) string {
+			if !p.reached {
+				return "not reached in " + d(p.cost.took)
+			}
+			return d(p.cost.took)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s / %s | %s / %s | %s | %s / %s | %s | %.0f / %.0f | %s / %s |\n",
+			pr.pool, ds.what, pool.what, when(ds), when(pool), num(dreq), num(preq), ratio(preq, dreq), num(dcpu), num(pcpu), ratio(pcpu, dcpu),
+			dc.etcdBytes*ds1, pc.etcdBytes*pool1, num(total(dc.watch, nil)*ds1), num(total(pc.watch, nil)*pool1))
+	}
+	b.WriteString("\nEach cell is DaemonSet / SandboxPool; × is SandboxPool ÷ DaemonSet. ![fan-out](bench/scale-fanout.png) " +
+		"![requests](bench/scale-requests.png) ![cpu](bench/scale-cpu.png)\n\n")
+	for _, p := range r.phases {
+		for _, m := range p.marks {
+			if m.at <= 0 {
+				fmt.Fprintf(&b, "- %s %s: not within the phase.\n", p.side, m.what)
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.2f |\n", x.Verb, x.Resource, x.PerSecond)
-		}
-		if rare > 0 {
-			fmt.Fprintf(&b, "| (%d more verb/resource pairs) | | < 0.01 each |\n", rare)
-		}
-		fmt.Fprintf(&b, "\nExpected Lease updates: N / renew interval = %.0f/s.\n\n", s.LeaseWant)
-		b.WriteString("| process | CPU (cores) | RSS (MiB) |\n|---|---|---|\n")
-		for _, k := range []string{"kube-apiserver", "etcd", "controller", "test+hollow"} {
-			fmt.Fprintf(&b, "| %s | %.2f | %d |\n", k, s.Cores[k], s.RSSMiB[k])
-		}
-		if w := s.Webhook; w != nil {
-			fmt.Fprintf(&b, "\n**Admission under that load**: a pool status merge patch by its node's identity, %d/s, %d requests each way: with the webhook p50 %s, p99 %s (max %s); without it p50 %s, p99 %s.\n",
-				probeRate, w.Requests, w.P50, w.P99, w.Max, w.BaseP50, w.BaseP99)
+			fmt.Fprintf(&b, "- %s %s: %s after it began.\n", p.side, m.what, d(m.at))
 		}
 	}
-	var notes []string
-	for _, r := range rs {
-		for _, n := range r.Notes {
-			notes = append(notes, fmt.Sprintf("N=%d: %s", r.N, n))
+	b.WriteString("\n**Requests per node by verb and resource** (as above: a pool phase beyond the steady state, the steady state per minute):\n\n")
+	b.WriteString("| phase | side | requests per node |\n|---|---|---|\n")
+	for _, p := range r.phases {
+		c := r.own(p)
+		f := 1 / float64(p.nodes)
+		if p.name == "steady" {
+			f = 60 / c.took.Seconds() / float64(p.nodes)
 		}
+		var parts []string
+		for _, k := range byCount(c.requests) {
+			if v := c.requests[k] * f; v >= 0.005 {
+				parts = append(parts, fmt.Sprintf("%s %s", k, num(v)))
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", p.name, p.side, strings.Join(parts, ", "))
 	}
-	notes = append(notes, notRun...)
-	if len(notes) > 0 {
-		b.WriteString("\n**Did not fit:** " + strings.Join(notes, "; ") + ".\n")
+	b.WriteString("\n**CPU per node by process** (ms; same basis):\n\n| phase | side | processes |\n|---|---|---|\n")
+	for _, p := range r.phases {
+		c := r.own(p)
+		f := 1 / float64(p.nodes)
+		if p.name == "steady" {
+			f = 60 / c.took.Seconds() / float64(p.nodes)
+		}
+		var parts []string
+		for _, k := range slices.Sorted(mapsKeys(c.cpu)) {
+			parts = append(parts, fmt.Sprintf("%s %s", k, num(float64(c.cpu[k].Microseconds())/1000*f)))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", p.name, p.side, strings.Join(parts, ", "))
+	}
+	if s, ok := r.steady[sidePool]; ok && s.took > 0 {
+		want := float64(r.n) * s.took.Seconds() / r.renew.Seconds()
+		var others []string
+		for _, k := range byCount(s.requests) {
+			if k != renewal {
+				others = append(others, fmt.Sprintf("%s %.0f", k, s.requests[k]))
+			}
+		}
+		fmt.Fprintf(&b, "\n**Steady state:** over %s the API server counted %.0f Lease renewals (`%s`) for %d nodes renewing every %s: %.0f expected, %.3f per node per interval; every other request in that window: %s.\n",
+			d(s.took), s.requests[renewal], renewal, r.n, r.renew, want, s.requests[renewal]/want, orNone(others))
+	}
+	if len(r.notes) > 0 {
+		b.WriteString("\n**Notes:** " + strings.Join(r.notes, "; ") + ".\n")
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 0.1:
+		return fmt.Sprintf("%.3f", v)
+	case v < 10:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("**%.2f**", a/b)
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// fanoutPlot draws how many pods and pools were Ready, in seconds after each side's create.
+func fanoutPlot(path string, r *scaleRun) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Fan-out over %d hollow nodes: Ready after create", r.n)
+	p.X.Label.Text = "seconds after the create"
+	p.Y.Label.Text = "Ready"
+	p.Legend.Top, p.Legend.Left = true, true
+	for i, s := range []struct {
+		name   string
+		series []readyPoint
+		from   time.Duration
+		v      func(readyPoint) int
+		until  *phaseResult
+	}{
+		{"DaemonSet: pods Ready", r.dsSeries, r.dsCreateAt, func(x readyPoint) int { return x.pods }, r.phase(sideDS, "create")},
+		{"class: pools Ready", r.poolSeries, r.poolCreateAt, func(x readyPoint) int { return x.pools }, r.phase(sidePool, "create")},
+	} {
+		var pts plotter.XYs
+		for _, x := range s.series {
+			at := x.at - s.from
+			if at < 0 || s.until == nil || at > s.until.cost.took+time.Second {
+				continue
+			}
+			pts = append(pts, plotter.XY{X: at.Seconds(), Y: float64(s.v(x))})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(i)
+		p.Add(l)
+		p.Legend.Add(s.name, l)
+	}
+	p.Add(plotter.NewGrid())
+	p.BackgroundColor = color.White
+	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+}
+
+// barPlot draws v of each pair's DaemonSet and pool phase side by side.
+func barPlot(path, title, ylabel string, r *scaleRun, v func(*phaseResult, cost) float64) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	var ds, pool plotter.Values
+	var names []string
+	for _, pr := range pairs {
+		d, q := r.phase(sideDS, pr.ds), r.phase(sidePool, pr.pool)
+		if d == nil || q == nil || pr.pool == "steady" {
+			continue
+		}
+		ds, pool = append(ds, v(d, r.own(d))), append(pool, v(q, r.own(q)))
+		names = append(names, pr.pool)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	w := vg.Points(14)
+	for i, s := range []struct {
+		name string
+		vals plotter.Values
+	}{{"DaemonSet pod", ds}, {"SandboxPool", pool}} {
+		bars, err := plotter.NewBarChart(s.vals, w)
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = w * vg.Length(2*i-1) / 2
+		p.Add(bars)
+		p.Legend.Add(s.name, bars)
+	}
+	p.Legend.Top = true
+	p.NominalX(names...)
+	p.Add(plotter.NewGrid())
+	p.BackgroundColor = color.White
+	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
 }

@@ -57,6 +57,7 @@ func (s *Stack) installEnv(nodeKubeconfig, leaseKubeconfig string) []string {
 		"AGENT_ARGS=" + strings.Join(s.agentArgs(), " "), "NODE_CTL_ARGS=",
 		"BIN=" + s.bin, "BIN_DIR=" + p.binDir, "UNIT_DIR=" + p.units, "DEFAULT_DIR=" + p.defaults,
 		"CONTAINERD_CONF_DIR=" + p.containerdConfD, "CONFIG_DIR=" + p.config, "RUN_DIR=" + p.run,
+		"STATE_DIR=" + filepath.Join(p.dir, "i", "state"),
 		"KUBELET_KUBECONFIG=" + nodeKubeconfig, "MANIFEST_DIR=" + p.manifests, "CGROUP_PATH=" + s.NodeCtlCgroup,
 		"SYSTEMCTL=",
 	}
@@ -82,6 +83,7 @@ func (s *Stack) agentArgs(extra ...string) []string {
 		"--lease-renew-interval=" + t.LeaseRenewInterval.String(), "--lease-ttl=" + t.LeaseTTL.String(),
 		"--manifest-verify-interval=" + t.ManifestVerifyInterval.String(),
 		"--resize-deferred-warning-after=" + t.DeferredWarningAfter.String(),
+		"--piece-start-timeout=" + t.PieceStartTimeout.String(),
 		"--healthz-addr=" + s.agentHealthz, "--metrics-addr=0",
 	}, extra...)
 }

@@ -19,6 +19,7 @@ var installPaths = [][2]string{
 	{"DEFAULT_DIR", "/etc/default"},
 	{"CONTAINERD_CONF_DIR", "/etc/containerd/conf.d"},
 	{"CONFIG_DIR", "/etc/sandbox-pool"},
+	{"STATE_DIR", "/var/lib/sandbox-pool"},
 	{"RUN_DIR", "/run/sandbox-pool"},
 	{"KUBELET_KUBECONFIG", "/etc/kubernetes/kubelet.conf"},
 	{"MANIFEST_DIR", "/etc/kubernetes/manifests"},
@@ -119,6 +120,7 @@ func TestInstallScript(t *testing.T) {
 		"placeholder-agent": {dir + "/usr/local/bin/placeholder-agent", "--node-name=node-a",
 			"--kubeconfig=" + dir + "/etc/kubernetes/kubelet.conf", "--manifest-dir=" + dir + "/etc/kubernetes/manifests",
 			"--node-ctl-socket=" + dir + "/run/sandbox-pool/node-ctl.sock", "--node-ctl-config=" + dir + "/etc/sandbox-pool/node-ctl.json",
+			"--state-file=" + dir + "/var/lib/sandbox-pool/agent-state.json",
 			"--shim-address=" + dir + "/run/sandbox-pool/agent.sock", "--healthz-addr=127.0.0.1:8080", "--metrics-addr=127.0.0.1:8090",
 			"--lease-kubeconfig=" + dir + "/etc/sandbox-pool/lease.kubeconfig", "--metrics-addr=0"},
 	} {

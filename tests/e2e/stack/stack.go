@@ -56,6 +56,7 @@ type Timers struct {
 	LeaseRenewInterval     time.Duration // agent --lease-renew-interval
 	LeaseTTL               time.Duration // agent and controller --lease-ttl
 	DeferredWarningAfter   time.Duration // agent --resize-deferred-warning-after
+	PieceStartTimeout      time.Duration // agent --piece-start-timeout
 	NodeCtlUnreadyAfter    time.Duration // controller --nodectl-unready-after
 	FinalizerTimeout       time.Duration // controller --finalizer-timeout
 }
@@ -67,6 +68,7 @@ func DefaultTimers() Timers {
 	return Timers{
 		NodeCtlPollInterval: 2 * time.Second, ManifestVerifyInterval: 30 * time.Second,
 		LeaseRenewInterval: 10 * time.Second, LeaseTTL: 40 * time.Second, DeferredWarningAfter: 10 * time.Minute,
+		PieceStartTimeout:   2 * time.Minute,
 		NodeCtlUnreadyAfter: 5 * time.Minute, FinalizerTimeout: 10 * time.Minute,
 	}
 }
