@@ -69,9 +69,12 @@ func fuzzSeeds(f *testing.F) [][]byte {
 
 // FuzzHandler posts arbitrary bodies to the Handler. It must never panic; a body that is
 // not an AdmissionReview v1 with a request (and a uid) gets 400 and no allow; any other
-// gets a 200 review echoing the uid; and a request is allowed only when the policy, shown
-// the request as the API server's decoder reads the body, allows it too (the handler's
-// own reading of a review never turns a denial into an allow).
+// gets a 200 review echoing the uid. The oracle of a decision is the Rego policy alone
+// (the webhook checks no schema: the API server does): a request is allowed, or denied as
+// forbidden with the policy's message, exactly when the policy, shown the request as the
+// API server's decoder reads the body (sigs.k8s.io/json on the whole review), decides so —
+// the handler's own reading of a review (objects copied apart, the policy's input parser
+// and term cache) never changes a decision.
 func FuzzHandler(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -110,13 +113,25 @@ func FuzzHandler(f *testing.F) {
 		if out.Response.UID != in.Request.UID {
 			t.Fatalf("response uid %q, request uid %q", out.Response.UID, in.Request.UID)
 		}
+		req := in.Request
 		if !out.Response.Allowed {
 			if out.Response.Result == nil || out.Response.Result.Code < 400 {
 				t.Fatalf("denial without a 4xx/5xx status: %s", w.Body.String())
 			}
+			if out.Response.Result.Code != http.StatusForbidden {
+				return // no decision: a request the Validator cannot evaluate
+			}
+			// A decision of the policy: the same decision, with the same words, as the
+			// policy makes on the request as the API server's decoder reads it.
+			d, err := engine.Evaluate(context.Background(), req)
+			if err != nil || d.Allowed {
+				t.Fatalf("denied a request the policy allows (%v): %s", err, w.Body.String())
+			}
+			if msg := d.Message(); msg != "" && msg != out.Response.Result.Message {
+				t.Fatalf("denied with %q, the policy says %q", out.Response.Result.Message, msg)
+			}
 			return
 		}
-		req := in.Request
 		if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 			return // DELETE and CONNECT are allowed without evaluation
 		}
