@@ -44,6 +44,9 @@ var (
 type Engine struct {
 	store storage.Store
 	query rego.PreparedEvalQuery
+	// terms keeps the input's terms of recent objects (input.go): the objects of one
+	// request mostly repeat those of the requests before it.
+	terms *terms
 
 	// mu serialises inventory writes and guards inv, the engine's copy of data.inventory
 	// from which it derives each write of the data.inventory.nodes index.
@@ -133,7 +136,7 @@ func New(ctx context.Context, opts ...Option) (*Engine, error) {
 	if len(compiler.GetRulesExact(ref)) == 0 {
 		return nil, fmt.Errorf("bundle does not define %s", DenyQuery)
 	}
-	return &Engine{store: store, query: query, inv: inv}, nil
+	return &Engine{store: store, query: query, terms: newTerms(), inv: inv}, nil
 }
 
 // Evaluate decides req. It returns an error, never an allow, when the policy cannot
@@ -147,7 +150,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *admissionv1.AdmissionRequest
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("evaluating admission policy: %w", err)
 	}
-	input, err := inputOf(req)
+	input, err := inputOf(req, e.terms)
 	if err != nil {
 		return Decision{}, fmt.Errorf("evaluating admission policy: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 )
@@ -48,9 +49,9 @@ func TestEvaluate(t *testing.T) {
 		{name: "class zero cpu is the schema's", req: createClass(t, newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.ResourcePolicy.Resources = wrappers.Resources("0", "8Gi")
 		}))},
-		{name: "class selector change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
+		{name: "class selector change is the CRD's", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.Selector.MatchLabels = map[string]string{"pool": "other"}
-		})), want: []string{"spec.selector"}, msg: "spec.selector: field is immutable"},
+		}))},
 		{name: "class quota change", req: updateClass(t, newClass(), newClass(func(c *v1alpha1.SandboxPoolClass) {
 			c.Spec.ResourcePolicy.Resources = wrappers.Resources("500m", "4Gi")
 		}))},
@@ -65,13 +66,16 @@ func TestEvaluate(t *testing.T) {
 		// SandboxPool.
 		{name: "pool create", req: createPool(t, newPool("node-a"))},
 		{name: "pool create long node name", req: createPool(t, newPool(long))},
+		{name: "pool create long node name, not hashed", req: createPool(t, newPool(long, func(p *v1alpha1.SandboxPool) {
+			p.Name = naming.PoolNamePrefix + long[:naming.MaxUnhashedNodeNameLength]
+		})), want: []string{"metadata.name"}, msg: "metadata.name: must be the pool name of spec.nodeName, hashed as its name is longer than 241 characters: " + naming.PoolName(long)},
 		{name: "pool wrong name is the schema's", req: createPool(t, newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Name = "placeholder-node-b"
 		}))},
-		{name: "pool nodeName and classRef immutable", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
+		{name: "pool nodeName and classRef immutability is the CRD's", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Spec.NodeName = "node-b"
 			p.Spec.ClassRef.Name = "gold"
-		})), want: []string{"spec.classRef.name", "spec.nodeName"}},
+		}))},
 		{name: "pool spec updated by its node", req: updatePool(t, kubelet("node-a"), newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Spec.ResourcePolicy.Resources = wrappers.Resources("64", "256Gi")
 		})), want: []string{"spec"}, msg: "may not be modified by node identity system:node:node-a"},
@@ -263,19 +267,19 @@ func TestConfig(t *testing.T) {
 func TestSortedViolations(t *testing.T) {
 	e := policytest.NewEngine(t)
 	req := updatePool(t, admin, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-		p.Spec.NodeName = "node-b"
+		p.Labels[v1alpha1.LabelNode] = "node-b"
 		p.Labels[v1alpha1.LabelClass] = "gold"
 	}))
 	d, err := e.Evaluate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"metadata.labels[" + v1alpha1.LabelClass + "]", "spec.nodeName"}
+	want := []string{"metadata.labels[" + v1alpha1.LabelClass + "]", "metadata.labels[" + v1alpha1.LabelNode + "]"}
 	if got := fields(d); !slices.Equal(got, want) {
 		t.Errorf("fields = %q, want %q", got, want)
 	}
 	if want := "metadata.labels[" + v1alpha1.LabelClass + "]: the controller's marker; kubernetes-admin may not set, change or remove it; " +
-		"spec.nodeName: field is immutable"; d.Message() != want {
+		"metadata.labels[" + v1alpha1.LabelNode + "]: the controller's marker; kubernetes-admin may not set, change or remove it"; d.Message() != want {
 		t.Errorf("Message() = %q, want %q", d.Message(), want)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/agentcube/sandboxpool/schema/jsonraw"
+	"github.com/agentcube/sandboxpool/internal/jsonraw"
 )
 
 // The policy's input is {"request": req} as the JSON an AdmissionReview carries, as an
@@ -34,14 +34,17 @@ const subtreeMin = 128
 // subtreeBytes bounds the JSON of the kept subtrees (their terms take a few times more).
 const subtreeBytes = 4 << 20
 
-// subtrees keeps the terms of recent subtrees in two generations: a lookup that finds a
-// term in the older one moves it to the newer one, and when the newer one is full the
-// older one is dropped. So what recent requests used stays, at most twice the bound.
-var subtrees = struct {
-	sync.Mutex
+// terms keeps the terms of recent subtrees, by their JSON, in two generations: a lookup
+// that finds a term in the older one moves it to the newer one, and when the newer one is
+// full the older one is dropped. So what recent requests used stays, at most twice the
+// bound. Each Engine has its own.
+type terms struct {
+	mu        sync.Mutex // guards the rest
 	cur, prev map[string]kept
 	size      int
-}{cur: map[string]kept{}}
+}
+
+func newTerms() *terms { return &terms{cur: map[string]kept{}} }
 
 // kept is a kept subtree's term and its height: the levels of objects and arrays in it,
 // itself included, which count towards the depth limit of whatever holds it.
@@ -50,43 +53,43 @@ type kept struct {
 	height int
 }
 
-func subtree(raw []byte) (kept, bool) {
-	subtrees.Lock()
-	defer subtrees.Unlock()
-	if k, ok := subtrees.cur[string(raw)]; ok {
+func (c *terms) get(raw []byte) (kept, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k, ok := c.cur[string(raw)]; ok {
 		return k, true
 	}
-	if k, ok := subtrees.prev[string(raw)]; ok {
-		keepSubtree(raw, k)
+	if k, ok := c.prev[string(raw)]; ok {
+		c.keep(raw, k)
 		return k, true
 	}
 	return kept{}, false
 }
 
-func putSubtree(raw []byte, k kept) {
-	subtrees.Lock()
-	defer subtrees.Unlock()
-	keepSubtree(raw, k)
+func (c *terms) put(raw []byte, k kept) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keep(raw, k)
 }
 
-// keepSubtree stores k in the newer generation; the caller holds the lock.
-func keepSubtree(raw []byte, k kept) {
-	if subtrees.size+len(raw) > subtreeBytes {
-		subtrees.prev, subtrees.cur, subtrees.size = subtrees.cur, map[string]kept{}, 0
+// keep stores k in the newer generation; the caller holds the lock.
+func (c *terms) keep(raw []byte, k kept) {
+	if c.size+len(raw) > subtreeBytes {
+		c.prev, c.cur, c.size = c.cur, map[string]kept{}, 0
 	}
-	subtrees.cur[string(raw)] = k
-	subtrees.size += len(raw)
+	c.cur[string(raw)] = k
+	c.size += len(raw)
 }
 
-// inputOf is {"request": req} as an ast.Value.
-func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
+// inputOf is {"request": req} as an ast.Value, with the terms of subtrees kept in c.
+func inputOf(req *admissionv1.AdmissionRequest, c *terms) (ast.Value, error) {
 	shallow := *req
 	shallow.Object, shallow.OldObject = runtime.RawExtension{}, runtime.RawExtension{}
 	raw, err := json.Marshal(&shallow)
 	if err != nil {
 		return nil, fmt.Errorf("encoding admission request: %w", err)
 	}
-	v, err := parseJSON(raw, false) // the objects are inserted into it: never kept
+	v, err := parseJSON(raw, c, false) // the objects are inserted into it: never kept
 	if err != nil {
 		return nil, fmt.Errorf("decoding admission request: %w", err)
 	}
@@ -102,7 +105,7 @@ func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encoding admission request: %s: %w", o.key, err)
 		}
-		v, err := valueOfJSON(raw)
+		v, err := parseJSON(raw, c, true)
 		if err != nil {
 			return nil, fmt.Errorf("decoding admission request: %s: %w", o.key, err)
 		}
@@ -111,21 +114,18 @@ func inputOf(req *admissionv1.AdmissionRequest) (ast.Value, error) {
 	return ast.NewObject([2]*ast.Term{ast.InternedTerm("request"), ast.NewTerm(r)}), nil
 }
 
-// valueOfJSON parses one JSON value into an ast.Value.
-func valueOfJSON(raw []byte) (ast.Value, error) { return parseJSON(raw, true) }
-
-// parseJSON parses one JSON value into an ast.Value; keepTop says whether the value itself
-// may be kept as a subtree (its parts may be either way). The parser checks the JSON as it
-// reads it, as encoding/json would, except in kept subtrees: their bytes are those of JSON
-// it has read and checked before.
-func parseJSON(raw []byte, keepTop bool) (ast.Value, error) {
+// parseJSON parses one JSON value into an ast.Value, keeping the terms of its subtrees in
+// c; keepTop says whether the value itself may be kept (its parts may be either way). The
+// parser checks the JSON as it reads it, as encoding/json would, except in kept subtrees:
+// their bytes are those of JSON it has read and checked before.
+func parseJSON(raw []byte, c *terms, keepTop bool) (ast.Value, error) {
 	if !utf8.Valid(raw) {
 		if !jsonraw.Valid(raw) {
 			return nil, errors.New("invalid JSON")
 		}
 		return ast.ValueFromReader(bytes.NewReader(raw))
 	}
-	p := parser{raw: raw, skipKeep: !keepTop}
+	p := parser{raw: raw, terms: c, skipKeep: !keepTop}
 	t, err := p.value(0)
 	if err != nil {
 		return nil, err
@@ -138,8 +138,9 @@ func parseJSON(raw []byte, keepTop bool) (ast.Value, error) {
 
 // parser reads JSON into ast terms.
 type parser struct {
-	raw []byte
-	i   int
+	raw   []byte
+	i     int
+	terms *terms
 	// skipKeep is true while the next object or array must not be kept.
 	skipKeep bool
 	// deepest is the deepest level of objects and arrays read so far (1 is the top).
@@ -176,7 +177,7 @@ func (p *parser) value(depth int) (*ast.Term, error) {
 		keep := end-start >= subtreeMin && !p.skipKeep
 		p.skipKeep = false
 		if keep {
-			if k, ok := subtree(p.raw[start:end]); ok {
+			if k, ok := p.terms.get(p.raw[start:end]); ok {
 				if depth+k.height > jsonraw.MaxDepth {
 					return nil, p.invalid()
 				}
@@ -197,7 +198,7 @@ func (p *parser) value(depth int) (*ast.Term, error) {
 			return nil, err
 		}
 		if keep && p.i == end {
-			putSubtree(p.raw[start:end], kept{t: t, height: p.deepest - depth})
+			p.terms.put(p.raw[start:end], kept{t: t, height: p.deepest - depth})
 		}
 		p.deepest = max(outer, p.deepest)
 		return t, nil

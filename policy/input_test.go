@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/agentcube/sandboxpool/schema/jsonraw/jsonrawtest"
+	"github.com/agentcube/sandboxpool/internal/jsonraw/jsonrawtest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -36,6 +36,7 @@ func slowInputOf(t *testing.T, req *admissionv1.AdmissionRequest) ast.Value {
 // the two parsers could read differently, each twice (the second time from the kept
 // subtrees).
 func TestInputOfMatchesEncodingJSON(t *testing.T) {
+	c := newTerms()
 	objects := map[string]string{
 		"pool":              `{"apiVersion":"sandboxpool.agentcube.volcano.sh/v1alpha1","kind":"SandboxPool","metadata":{"name":"placeholder-n","labels":{"a":"b"}},"spec":{"nodeName":"n","resourcePolicy":{"resources":{"cpu":"2","memory":4294967296}}}}`,
 		"numbers":           `{"a":1e3,"b":-0,"c":0.5,"d":9223372036854775807,"e":123456789012345678901234567890,"f":1E-7,"g":-12.50}`,
@@ -61,7 +62,7 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 				OldObject: runtime.RawExtension{Raw: []byte(obj)},
 			}
 			for range 2 {
-				got, err := inputOf(req)
+				got, err := inputOf(req, c)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +75,7 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 	t.Run("no old object, object as a Go value", func(t *testing.T) {
 		req := &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create,
 			Object: runtime.RawExtension{Object: &v1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}}}
-		got, err := inputOf(req)
+		got, err := inputOf(req, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +86,7 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 	t.Run("invalid JSON", func(t *testing.T) {
 		for _, raw := range []string{`{"a":`, `{"a":01}`, `{"a":NaN}`, "{\"a\":\"\x01\"}", `{} {}`} {
 			req := &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(raw)}}
-			if v, err := inputOf(req); err == nil {
+			if v, err := inputOf(req, c); err == nil {
 				t.Errorf("inputOf(%q) = %v, want an error", raw, v)
 			}
 		}
@@ -96,6 +97,7 @@ func TestInputOfMatchesEncodingJSON(t *testing.T) {
 // changed: two requests with the same envelope and different objects keep their own
 // objects, and a kept object is not given the envelope's members.
 func TestInputsShareOnlyWhatTheyHoldAlike(t *testing.T) {
+	c := newTerms()
 	big := func(v string) string { return `{"spec":{"v":"` + v + `","pad":"` + strings.Repeat("p", 200) + `"}}` }
 	mk := func(obj string) *admissionv1.AdmissionRequest {
 		return &admissionv1.AdmissionRequest{UID: "same-uid", Operation: admissionv1.Update,
@@ -104,12 +106,12 @@ func TestInputsShareOnlyWhatTheyHoldAlike(t *testing.T) {
 			OldObject: runtime.RawExtension{Raw: []byte(big("old"))}}
 	}
 	a, b := mk(big("a")), mk(big("b"))
-	inA, err := inputOf(a)
+	inA, err := inputOf(a, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantA := slowInputOf(t, a)
-	inB, err := inputOf(b)
+	inB, err := inputOf(b, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestInputsShareOnlyWhatTheyHoldAlike(t *testing.T) {
 	if want := slowInputOf(t, b); inB.Compare(want) != 0 {
 		t.Errorf("second input =\n%v\nwant\n%v", inB, want)
 	}
-	k, ok := subtree([]byte(big("old")))
+	k, ok := c.get([]byte(big("old")))
 	if !ok {
 		t.Fatal("the old object is not kept")
 	}
@@ -130,9 +132,9 @@ func TestInputsShareOnlyWhatTheyHoldAlike(t *testing.T) {
 
 // checkParse fails t unless parseJSON accepts b exactly when encoding/json does, with the
 // value encoding/json gives.
-func checkParse(t *testing.T, b []byte) {
+func checkParse(t *testing.T, c *terms, b []byte) {
 	t.Helper()
-	got, err := parseJSON(b, true)
+	got, err := parseJSON(b, c, true)
 	if valid := json.Valid(b); (err == nil) != valid {
 		t.Fatalf("parseJSON(%.60q): error %v, encoding/json says valid=%v", b, err, valid)
 	}
@@ -152,12 +154,13 @@ func checkParse(t *testing.T, b []byte) {
 // pass, refuses what encoding/json refuses, also around subtrees it has kept: a kept
 // subtree's bytes were checked, the JSON around them was not.
 func TestParseJSONChecksWhatItReads(t *testing.T) {
+	c := newTerms()
 	for _, s := range jsonrawtest.Seeds {
-		checkParse(t, []byte(s))
+		checkParse(t, c, []byte(s))
 	}
 	big := `{"kept":"` + strings.Repeat("k", subtreeMin) + `"}`
-	checkParse(t, []byte(big))
-	if _, ok := subtree([]byte(big)); !ok {
+	checkParse(t, c, []byte(big))
+	if _, ok := c.get([]byte(big)); !ok {
 		t.Fatal("the subtree was not kept")
 	}
 	for _, s := range []string{
@@ -165,7 +168,7 @@ func TestParseJSONChecksWhatItReads(t *testing.T) {
 		`{"a" ` + big + `}`, `{` + big + `}`, big + big, "[" + big + " " + big + "]", "[" + big + "," + big + "]",
 		big[:len(big)-1], `{"a":1,` + big[1:],
 	} {
-		checkParse(t, []byte(s))
+		checkParse(t, c, []byte(s))
 	}
 }
 
@@ -176,5 +179,6 @@ func FuzzParseJSON(f *testing.F) {
 			f.Add([]byte(s))
 		}
 	}
-	f.Fuzz(func(t *testing.T, b []byte) { checkParse(t, b) })
+	c := newTerms()
+	f.Fuzz(func(t *testing.T, b []byte) { checkParse(t, c, b) })
 }

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentcube/sandboxpool/bundles"
 	"github.com/agentcube/sandboxpool/policy"
+	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -58,5 +60,13 @@ func TestRegoNamesMatchGo(t *testing.T) {
 		if names[key] != want {
 			t.Errorf("%s = %v, Go has %q", key, names[key], want)
 		}
+	}
+	// The pool name's parts (naming.PoolName); the rule's result is compared with
+	// naming.PoolName in TestEvaluate.
+	if got := names["pool_name_prefix"]; got != naming.PoolNamePrefix {
+		t.Errorf("pool_name_prefix = %v, Go has %q", got, naming.PoolNamePrefix)
+	}
+	if got := fmt.Sprint(names["max_unhashed_node_name"]); got != fmt.Sprint(naming.MaxUnhashedNodeNameLength) {
+		t.Errorf("max_unhashed_node_name = %v, Go has %d", got, naming.MaxUnhashedNodeNameLength)
 	}
 }

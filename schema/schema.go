@@ -1,11 +1,11 @@
 // Package schema embeds the CUE definitions of the SandboxPool API (the *.cue files beside
 // this one), compiles them once, and validates and defaults objects with them. It is the
-// only place the rules live: the CRDs are generated from the same files (schema/crdgen),
-// and the operator, agent and webhook call this package instead of restating rules in Go.
+// only place the rules live: the CRDs are generated from the same files (schema/crdgen), the
+// API server enforces them in the cluster, and the operator, the agent and sandboxpool vet
+// call this package instead of restating rules in Go.
 package schema
 
 import (
-	"bytes"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -47,18 +47,12 @@ type Schema struct {
 	srcs map[string][]byte // the CUE files, by name, each evaluator compiles
 	root cue.Value         // first evaluator's package value, for Lookup by single-threaded tools
 	idle chan *evaluator
-	// mapListKeys are the map lists of each kind (path without indexes -> keys), read from
-	// the schema once: ValidateUpdate matches their elements by key.
-	mapListKeys map[Kind]map[string][]string
+	// immutable are the fields each kind marks @crd(immutable) (ImmutableFields).
+	immutable map[Kind][]string
 
 	// rules are what the schema allows at each place of an object of each kind, read once:
 	// the words of the error messages (messages.go).
 	rules map[Kind]*ruleNode
-
-	// layouts say which pieces of an object of each kind CUE evaluates on its own
-	// (layout.go); cache keeps the results by the pieces' content.
-	layouts map[Kind]layout
-	cache   *cache
 
 	mu   sync.Mutex // guards made and serialises the creation of evaluators
 	made int
@@ -69,12 +63,6 @@ type evaluator struct {
 	ctx  *cue.Context
 	root cue.Value
 	defs map[Kind]cue.Value
-	// parts are the schemas of each kind's parts, required the members of each part that
-	// are not optional (ValidateUpdate).
-	parts    map[Kind]map[Part]cue.Value
-	required map[Kind]map[Part][]string
-	// members are the schemas of the status members the layout evaluates apart.
-	members map[Kind]map[string]cue.Value
 }
 
 var (
@@ -131,39 +119,14 @@ func Compile(srcs map[string][]byte) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := parseSources(srcs)
-	if err != nil {
-		return nil, err
-	}
 	s := &Schema{srcs: srcs, root: first.root, idle: make(chan *evaluator, max(1, runtime.GOMAXPROCS(0))), made: 1,
-		mapListKeys: map[Kind]map[string][]string{}, layouts: map[Kind]layout{}, cache: newCache(DefaultCacheBytes),
-		rules: map[Kind]*ruleNode{}}
+		immutable: map[Kind][]string{}, rules: map[Kind]*ruleNode{}}
 	for _, k := range Kinds {
+		s.immutable[k] = immutableFields(first.defs[k])
 		s.rules[k] = rulesOf(first.defs[k], 0)
-		s.mapListKeys[k] = map[string][]string{}
-		mapLists(first.defs[k], nil, s.mapListKeys[k], 0)
-		s.layouts[k] = layoutOf(src, k, first.parts[k])
-	}
-	if err := s.prepare(first); err != nil {
-		return nil, err
 	}
 	s.idle <- first
 	return s, nil
-}
-
-// prepare looks up the schemas of the pieces the layouts evaluate apart.
-func (s *Schema) prepare(e *evaluator) error {
-	e.members = map[Kind]map[string]cue.Value{}
-	for _, k := range Kinds {
-		if l := s.layouts[k]; l.statusMembers != nil {
-			m, err := memberSchemas(e.parts[k][PartStatus], l.statusMembers)
-			if err != nil {
-				return fmt.Errorf("schema %s: %w", k.Definition(), err)
-			}
-			e.members[k] = m
-		}
-	}
-	return nil
 }
 
 // newEvaluator loads and compiles the files into a new CUE context.
@@ -185,18 +148,13 @@ func newEvaluator(srcs map[string][]byte) (*evaluator, error) {
 	if err := root.Err(); err != nil {
 		return nil, fmt.Errorf("compiling schema: %w", err)
 	}
-	e := &evaluator{ctx: ctx, root: root, defs: map[Kind]cue.Value{},
-		parts: map[Kind]map[Part]cue.Value{}, required: map[Kind]map[Part][]string{}}
+	e := &evaluator{ctx: ctx, root: root, defs: map[Kind]cue.Value{}}
 	for _, k := range Kinds {
 		v := root.LookupPath(cue.ParsePath(k.Definition()))
 		if err := v.Err(); err != nil {
 			return nil, fmt.Errorf("schema has no %s: %w", k.Definition(), err)
 		}
 		e.defs[k] = v
-		var err error
-		if e.parts[k], e.required[k], err = partsOf(v); err != nil {
-			return nil, fmt.Errorf("schema %s: %w", k.Definition(), err)
-		}
 	}
 	return e, nil
 }
@@ -213,9 +171,6 @@ func (s *Schema) acquire() (*evaluator, error) {
 		defer s.mu.Unlock()
 		e, err := newEvaluator(s.srcs)
 		if err != nil {
-			return nil, err
-		}
-		if err := s.prepare(e); err != nil {
 			return nil, err
 		}
 		s.made++
@@ -263,35 +218,29 @@ func (e *ValidationError) Error() string {
 }
 
 // Default validates a JSON object of the kind against the schema and returns it as JSON
-// with every schema default filled in. A *ValidationError names each broken rule. The
-// object is evaluated in pieces where the schema allows it, and each piece's result is kept
-// by its content (pieces.go): an object whose pieces were seen before costs no evaluation.
+// with every schema default filled in. A *ValidationError names each broken rule.
 func (s *Schema) Default(kind Kind, obj []byte) ([]byte, error) {
 	if !slices.Contains(Kinds, kind) {
 		return nil, fmt.Errorf("unknown kind %q", kind)
 	}
-	if out, ok, err := s.defaultPieces(kind, obj); ok {
-		return out, err
+	expr, err := cuejson.Extract(string(kind)+".json", obj)
+	if err != nil {
+		return nil, &ValidationError{Kind: kind, Fields: []FieldError{{Msg: "not a JSON object: " + err.Error()}}}
 	}
-	key := "default\x00" + string(kind) + "\x00whole\x00" + string(obj)
-	r, hit := s.cache.get(key)
-	if !hit {
-		expr, err := cuejson.Extract(string(kind)+".json", obj)
-		if err != nil {
-			return nil, &ValidationError{Kind: kind, Fields: []FieldError{{Msg: "not a JSON object: " + err.Error()}}}
-		}
-		e, err := s.acquire()
-		if err != nil {
-			return nil, err
-		}
-		r = defaulted(e.defs[kind].Unify(e.ctx.BuildExpr(expr)))
-		s.release(e)
-		s.cache.put(key, r)
+	e, err := s.acquire()
+	if err != nil {
+		return nil, err
 	}
-	if len(r.violations) > 0 {
-		return nil, s.validationError(kind, r.violations, obj)
+	defer s.release(e)
+	v := e.defs[kind].Unify(e.ctx.BuildExpr(expr))
+	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
+		return nil, s.validationError(kind, violationsOf(err), obj)
 	}
-	return bytes.Clone(r.out), nil
+	out, err := v.MarshalJSON()
+	if err != nil {
+		return nil, s.validationError(kind, violationsOf(err), obj)
+	}
+	return out, nil
 }
 
 // Validate reports whether a JSON object of the kind satisfies the schema.

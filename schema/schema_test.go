@@ -258,3 +258,53 @@ func cuePathStyle(e string) string {
 	}
 	return strings.Join(parts, ".") + ": " + msg
 }
+
+// TestImmutableFields: the fields marked @crd(immutable), which the CRD makes CEL rules and
+// sandboxpool vet checks with ValidateTransition.
+func TestImmutableFields(t *testing.T) {
+	s := mustSchema(t)
+	for kind, want := range map[schema.Kind][]string{
+		schema.KindSandboxPoolClass: {"spec.selector"},
+		schema.KindSandboxPool:      {"spec.classRef.name", "spec.nodeName"},
+	} {
+		if got := s.ImmutableFields(kind); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: ImmutableFields = %q, want %q", kind, got, want)
+		}
+	}
+}
+
+func TestValidateTransition(t *testing.T) {
+	s := mustSchema(t)
+	pool, err := corpus.Find("pool-override.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := string(pool.JSON)
+	for name, tt := range map[string]struct {
+		obj  string
+		want string // the field errors, joined; "" = valid
+	}{
+		"unchanged":            {obj: old},
+		"override changed":     {obj: strings.Replace(old, `"enabled":true`, `"enabled":false`, 1)},
+		"node changed":         {obj: strings.Replace(old, `"nodeName":"node-a"`, `"nodeName":"node-c"`, 1), want: "spec.nodeName: field is immutable"},
+		"class changed":        {obj: strings.Replace(old, `"classRef":{"name":"default"}`, `"classRef":{"name":"gold"}`, 1), want: "spec.classRef.name: field is immutable"},
+		"class ref removed":    {obj: strings.Replace(old, `"classRef":{"name":"default"},`, ``, 1), want: "spec.classRef.name: field is immutable"},
+		"not an object at all": {obj: `[]`, want: "error"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tt.obj == old && name != "unchanged" {
+				t.Fatal("the replacement did not apply: the example changed")
+			}
+			err := s.ValidateTransition(schema.KindSandboxPool, []byte(old), []byte(tt.obj))
+			var ve *schema.ValidationError
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("error %v, want none", err)
+			case tt.want == "error" && (err == nil || errors.As(err, &ve)):
+				t.Errorf("got %v, want an error that is no validation error", err)
+			case tt.want != "" && tt.want != "error" && (!errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].String() != tt.want):
+				t.Errorf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,14 +15,13 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"github.com/agentcube/sandboxpool/policy/policytest"
-	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/corpus"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/webhook"
 )
 
-// fuzzSeeds are reviews of every corpus object (as the API server would send them) and
-// valid requests, plus junk.
+// fuzzSeeds are reviews of every corpus object (the requests a webhook would get if the
+// API server did not check the CRD's schema first) and valid requests, plus junk.
 func fuzzSeeds(f *testing.F) [][]byte {
 	f.Helper()
 	invalid, err := corpus.Invalid()
@@ -69,13 +69,18 @@ func fuzzSeeds(f *testing.F) [][]byte {
 
 // FuzzHandler posts arbitrary bodies to the Handler. It must never panic; a body that is
 // not an AdmissionReview v1 with a request (and a uid) gets 400 and no allow; any other
-// gets a 200 review echoing the uid; and an object the CUE schema rejects is never allowed.
+// gets a 200 review echoing the uid. The oracle of a decision is the Rego policy alone
+// (the webhook checks no schema: the API server does): a request is allowed, or denied as
+// forbidden with the policy's message, exactly when the policy, shown the request as the
+// API server's decoder reads the body (sigs.k8s.io/json on the whole review), decides so —
+// the handler's own reading of a review (objects copied apart, the policy's input parser
+// and term cache) never changes a decision.
 func FuzzHandler(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
 	}
-	s := schema.MustCompiled()
-	h := newHandler(f, webhook.NewValidator(s, policytest.NewEngine(f)), prometheus.NewRegistry())
+	engine := policytest.NewEngine(f)
+	h := newHandler(f, webhook.NewValidator(engine), prometheus.NewRegistry())
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r := httptest.NewRequest(http.MethodPost, webhook.ValidatePath, bytes.NewReader(body))
@@ -108,25 +113,33 @@ func FuzzHandler(f *testing.F) {
 		if out.Response.UID != in.Request.UID {
 			t.Fatalf("response uid %q, request uid %q", out.Response.UID, in.Request.UID)
 		}
+		req := in.Request
 		if !out.Response.Allowed {
 			if out.Response.Result == nil || out.Response.Result.Code < 400 {
 				t.Fatalf("denial without a 4xx/5xx status: %s", w.Body.String())
 			}
+			if out.Response.Result.Code != http.StatusForbidden {
+				return // no decision: a request the Validator cannot evaluate
+			}
+			// A decision of the policy: the same decision, with the same words, as the
+			// policy makes on the request as the API server's decoder reads it.
+			d, err := engine.Evaluate(context.Background(), req)
+			if err != nil || d.Allowed {
+				t.Fatalf("denied a request the policy allows (%v): %s", err, w.Body.String())
+			}
+			if msg := d.Message(); msg != "" && msg != out.Response.Result.Message {
+				t.Fatalf("denied with %q, the policy says %q", out.Response.Result.Message, msg)
+			}
 			return
 		}
-		req := in.Request
 		if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 			return // DELETE and CONNECT are allowed without evaluation
 		}
-		kind, ok := map[string]schema.Kind{
-			v1alpha1.KindSandboxPoolClass: schema.KindSandboxPoolClass,
-			v1alpha1.KindSandboxPool:      schema.KindSandboxPool,
-		}[req.Kind.Kind]
-		if !ok {
+		if req.Kind.Kind != v1alpha1.KindSandboxPoolClass && req.Kind.Kind != v1alpha1.KindSandboxPool {
 			t.Fatalf("allowed a %s", req.Kind.String())
 		}
-		if _, err := s.Default(kind, req.Object.Raw); err != nil {
-			t.Fatalf("allowed an object the schema rejects: %v", err)
+		if d, err := engine.Evaluate(context.Background(), req); err != nil || !d.Allowed {
+			t.Fatalf("allowed a request the policy does not allow (%v): %s", err, d.Message())
 		}
 	})
 }

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/agentcube/sandboxpool/internal/jsonraw"
 	"github.com/agentcube/sandboxpool/policy"
-	"github.com/agentcube/sandboxpool/schema/jsonraw"
 )
 
 const (

@@ -107,7 +107,6 @@ func cmpOr(s, def string) string {
 }
 
 func TestHandlerDecisions(t *testing.T) {
-	zeroCPU := strings.Replace(classJSON, `"cpu":"4"`, `"cpu":"0"`, 1)
 	// The node writes the controller's field and condition: two policy violations.
 	nodeOverreach := strings.Replace(poolStatusJSON, `"status":{`, `"status":{"phase":"Ready",`, 1)
 	nodeOverreach = strings.Replace(nodeOverreach, `"type":"PlaceholderPodReady"`, `"type":"NodeNotFound"`, 1)
@@ -120,9 +119,10 @@ func TestHandlerDecisions(t *testing.T) {
 		wantViolations int
 	}{
 		"allowed": {req: createClass(classJSON)},
-		"schema denial": {req: createClass(zeroCPU), wantCode: http.StatusForbidden, wantMsgs: []string{
-			`spec.resourcePolicy.resources.cpu: Invalid value: "0": must be a quantity greater than zero`,
-		}},
+		"class create under the controller's field manager": {req: underFieldManager(t, createClass(classJSON), v1alpha1.FieldManagerController),
+			wantCode: http.StatusForbidden, wantMsgs: []string{
+				"metadata.managedFields[manager=sandboxpool-controller]: the controller writes under this field manager only",
+			}},
 		"policy denial": {req: updatePoolStatus(nodeA, poolJSON, nodeOverreach), wantCode: http.StatusForbidden, wantMsgs: []string{
 			"status.phase", "NodeNotFound",
 		}, wantViolations: 2},
@@ -233,7 +233,7 @@ func TestHandlerMetrics(t *testing.T) {
 
 	post(t, h, "application/json", review(t, createClass(classJSON)))
 	post(t, h2, "application/json", review(t, createClass(classJSON)))
-	post(t, h, "application/json", review(t, createClass(strings.Replace(classJSON, `"cpu":"4"`, `"cpu":"0"`, 1))))
+	post(t, h, "application/json", review(t, underFieldManager(t, createClass(classJSON), v1alpha1.FieldManagerController)))
 	post(t, h, "application/json", review(t, updatePoolStatus(nodeA, poolJSON, poolStatusJSON)))
 	weird := createClass(classJSON)
 	weird.Operation = "FROB"

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
-	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/webhook"
 )
@@ -62,6 +61,17 @@ func request(op admissionv1.Operation, kind, sub string, who authenticationv1.Us
 	}
 }
 
+// underFieldManager is req made with the field manager m (its options' fieldManager).
+func underFieldManager(t testing.TB, req *admissionv1.AdmissionRequest, m string) *admissionv1.AdmissionRequest {
+	t.Helper()
+	opts, err := json.Marshal(metav1.CreateOptions{FieldManager: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Options = runtime.RawExtension{Raw: opts}
+	return req
+}
+
 // withoutStatus is obj (JSON) with its status removed.
 func withoutStatus(t testing.TB, obj []byte) []byte {
 	t.Helper()
@@ -92,7 +102,7 @@ func review(t testing.TB, req *admissionv1.AdmissionRequest) []byte {
 
 func newValidator(t testing.TB, opts ...policy.Option) *webhook.Validator {
 	t.Helper()
-	return webhook.NewValidator(schema.MustCompiled(), policytest.NewEngine(t, opts...))
+	return webhook.NewValidator(policytest.NewEngine(t, opts...))
 }
 
 func newHandler(t testing.TB, v *webhook.Validator, reg prometheus.Registerer) *webhook.Handler {

@@ -14,7 +14,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/agentcube/sandboxpool/policy/policytest"
-	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/wrappers"
 	"github.com/agentcube/sandboxpool/webhook"
@@ -39,7 +38,7 @@ func TestInventoryInformer(t *testing.T) {
 	informer := toolscache.NewSharedIndexInformerWithOptions(listWatchOnly{lw}, &v1alpha1.SandboxPool{}, toolscache.SharedIndexInformerOptions{})
 
 	engine := policytest.NewEngine(t)
-	v := webhook.NewValidator(schema.MustCompiled(), engine)
+	v := webhook.NewValidator(engine)
 	inv := webhook.NewInventory(engine, logr.Discard())
 	if inv.HasSynced() {
 		t.Fatal("HasSynced before Register")
@@ -95,7 +94,7 @@ func (listWatchOnly) IsWatchListSemanticsUnSupported() bool { return true }
 
 func TestInventoryTombstone(t *testing.T) {
 	engine := policytest.NewEngine(t)
-	v := webhook.NewValidator(schema.MustCompiled(), engine)
+	v := webhook.NewValidator(engine)
 	inv := webhook.NewInventory(engine, logr.Discard())
 
 	p := wrappers.MakePool("node-a").Class("default").ResourceVersion("1").Obj()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
-	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/webhook"
 )
 
@@ -52,7 +51,7 @@ func TestRuntimeClassInventory(t *testing.T) {
 	}
 	informer := toolscache.NewSharedIndexInformerWithOptions(listWatchOnly{lw}, &nodev1.RuntimeClass{}, toolscache.SharedIndexInformerOptions{})
 	engine := policytest.NewEngine(t, policy.WithRuntimeClasses())
-	v := webhook.NewValidator(schema.MustCompiled(), engine)
+	v := webhook.NewValidator(engine)
 	rcs := webhook.NewRuntimeClasses(engine, logr.Discard())
 	if err := rcs.Register(informer); err != nil {
 		t.Fatal(err)

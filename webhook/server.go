@@ -26,7 +26,6 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/agentcube/sandboxpool/policy"
-	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -199,15 +198,11 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, draining *a
 	if err != nil {
 		return nil, err
 	}
-	s, err := schema.Compiled()
-	if err != nil {
-		return nil, fmt.Errorf("compiling the schema: %w", err)
-	}
 	engine, err := NewEngine(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	handler, err := NewHandler(NewValidator(s, engine), ctrlmetrics.Registry, log.WithName("admission"))
+	handler, err := NewHandler(NewValidator(engine), ctrlmetrics.Registry, log.WithName("admission"))
 	if err != nil {
 		return nil, err
 	}

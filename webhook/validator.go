@@ -3,16 +3,14 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/agentcube/sandboxpool/internal/jsonraw"
 	"github.com/agentcube/sandboxpool/policy"
-	"github.com/agentcube/sandboxpool/schema"
-	"github.com/agentcube/sandboxpool/schema/jsonraw"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -29,40 +27,34 @@ var (
 	ErrMalformedRequest = errors.New("malformed admission request")
 )
 
-// kinds maps the kinds of the API to their schema kind and resource.
-var kinds = map[string]struct {
-	schema   schema.Kind
-	resource string
-}{
-	v1alpha1.KindSandboxPoolClass: {schema.KindSandboxPoolClass, v1alpha1.ResourceSandboxPoolClasses},
-	v1alpha1.KindSandboxPool:      {schema.KindSandboxPool, v1alpha1.ResourceSandboxPools},
+// kinds maps the kinds of the API to their resource.
+var kinds = map[string]string{
+	v1alpha1.KindSandboxPoolClass: v1alpha1.ResourceSandboxPoolClasses,
+	v1alpha1.KindSandboxPool:      v1alpha1.ResourceSandboxPools,
 }
 
-// Validator is the admission pipeline: the CUE schema, then the Rego policy. It is safe
-// for concurrent use (both of its parts are).
+// Validator decides admission requests with the Rego policy. It is safe for concurrent use
+// (the policy engine is).
+//
+// It checks nothing the API server has checked before calling it: the shape of an object
+// (the CRD's OpenAPI schema and CEL rules, generated from the CUE schema, with the API
+// server's ratcheting of objects stored under older rules) and its defaults are the API
+// server's. The policy holds what only a webhook can: who may change what, transitions,
+// other objects and field ownership (bundles/README.md).
 type Validator struct {
-	schema *schema.Schema
 	policy *policy.Engine
 }
 
-// NewValidator returns a Validator that checks objects with s and requests with p.
-func NewValidator(s *schema.Schema, p *policy.Engine) *Validator {
-	return &Validator{schema: s, policy: p}
+// NewValidator returns a Validator that decides requests with p.
+func NewValidator(p *policy.Engine) *Validator {
+	return &Validator{policy: p}
 }
 
 // Validate decides req.
 //
-// DELETE and CONNECT are allowed without evaluation. A CREATE is validated and defaulted by
-// the CUE schema. An UPDATE (which must also carry an old object that is a JSON object) is
-// validated as the API server validates an update of a custom resource: only the parts that
-// changed (a status write: the status; a finalizer removal: the metadata), and a violation
-// about a value the old object already had is ignored (schema.ValidateUpdate), so objects
-// stored under older, looser rules can still be written where the write itself is valid. A
-// schema violation denies the request with one policy.Violation per broken rule, each
-// message starting with the field. Only a request the schema accepts goes on to the Rego
-// policy, which sees a CREATE with the defaulted object and an UPDATE with the objects as
-// the API server sent them (it has already applied the CRD's defaults, generated from the
-// same schema). The policy's transition and identity rules are never ratcheted.
+// DELETE and CONNECT are allowed without evaluation. A CREATE or an UPDATE of a class or a
+// pool (or their status) must carry its object, and an UPDATE its old object, as JSON
+// objects: the policy sees them as the API server sent them, validated and defaulted.
 //
 // An error means no decision: an unsupported kind or resource (ErrUnsupportedKind), a
 // malformed request (ErrMalformedRequest), or a policy that could not be evaluated. It is
@@ -82,91 +74,45 @@ func (v *Validator) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	if err != nil {
 		return policy.Decision{}, fmt.Errorf("validating: %w", err)
 	}
-
-	obj, err := rawJSON(req.Object)
-	if err != nil {
+	if err := jsonObject(req.Object); err != nil {
 		return policy.Decision{}, fmt.Errorf("validating %s: %w: object: %w", kind, ErrMalformedRequest, err)
 	}
-	var old []byte
 	if req.Operation == admissionv1.Update {
-		if old, err = rawJSON(req.OldObject); err == nil && (old[0] != '{' || !jsonraw.Valid(old)) {
-			err = errors.New("not a JSON object")
-		}
-		if err != nil {
+		if err := jsonObject(req.OldObject); err != nil {
 			return policy.Decision{}, fmt.Errorf("validating %s: %w: oldObject: %w", kind, ErrMalformedRequest, err)
 		}
 	}
-
-	if obj[0] != '{' {
-		return policy.Decision{Violations: []policy.Violation{{Msg: fmt.Sprintf("the %s is not a JSON object", kind)}}}, nil
-	}
-	sub := *req
-	if old == nil {
-		defaulted, err := v.schema.Default(kind, obj)
-		if err != nil {
-			return schemaDecision(kind, err)
-		}
-		sub.Object = runtime.RawExtension{Raw: defaulted}
-	} else {
-		if err := v.schema.ValidateUpdate(kind, old, obj); err != nil {
-			return schemaDecision(kind, err)
-		}
-		sub.Object, sub.OldObject = runtime.RawExtension{Raw: obj}, runtime.RawExtension{Raw: old}
-	}
-	d, err := v.policy.Evaluate(ctx, &sub)
+	d, err := v.policy.Evaluate(ctx, req)
 	if err != nil {
 		return policy.Decision{}, fmt.Errorf("validating %s %s: %w", kind, req.Name, err)
 	}
 	return d, nil
 }
 
-// schemaDecision is the denial of a schema violation, or no decision for any other error.
-func schemaDecision(kind schema.Kind, err error) (policy.Decision, error) {
-	if ve, ok := errors.AsType[*schema.ValidationError](err); ok {
-		return schemaDenial(ve), nil
-	}
-	return policy.Decision{}, fmt.Errorf("validating %s against the schema: %w", kind, err)
-}
-
-// kindOf is the schema kind of the request; the request's resource must hold that kind.
-func kindOf(req *admissionv1.AdmissionRequest) (schema.Kind, error) {
-	k, ok := kinds[req.Kind.Kind]
+// kindOf is the kind of the request; the request's resource must hold that kind.
+func kindOf(req *admissionv1.AdmissionRequest) (string, error) {
+	resource, ok := kinds[req.Kind.Kind]
 	if !ok || req.Kind.Group != v1alpha1.GroupName || req.Kind.Version != v1alpha1.Version {
 		return "", fmt.Errorf("%w %s", ErrUnsupportedKind, req.Kind.String())
 	}
 	r := req.Resource
-	if r.Group != v1alpha1.GroupName || r.Version != v1alpha1.Version || r.Resource != k.resource ||
+	if r.Group != v1alpha1.GroupName || r.Version != v1alpha1.Version || r.Resource != resource ||
 		(req.SubResource != "" && req.SubResource != statusSubresource) {
 		return "", fmt.Errorf("%w %s on resource %s, subresource %q", ErrUnsupportedKind, req.Kind.Kind, r.String(), req.SubResource)
 	}
-	return k.schema, nil
+	return req.Kind.Kind, nil
 }
 
-// rawJSON is the JSON ext holds; the schema judges whether it is an object of the kind.
-func rawJSON(ext runtime.RawExtension) ([]byte, error) {
-	raw := ext.Raw
-	if raw == nil && ext.Object != nil {
-		var err error
-		if raw, err = json.Marshal(ext.Object); err != nil {
-			return nil, fmt.Errorf("encoding %T: %w", ext.Object, err)
-		}
+// jsonObject checks that ext holds a JSON object.
+func jsonObject(ext runtime.RawExtension) error {
+	raw := bytes.TrimSpace(ext.Raw)
+	switch {
+	case raw == nil && ext.Object != nil:
+		return nil // the policy's input encodes it, as the API server would have
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+		return errors.New("missing")
+	case raw[0] != '{' || !jsonraw.Valid(raw):
+		return errors.New("not a JSON object")
 	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, errors.New("missing")
-	}
-	return raw, nil
-}
-
-// schemaDenial turns the schema's field errors into violations whose messages start with
-// the field, as the policy's do.
-func schemaDenial(ve *schema.ValidationError) policy.Decision {
-	d := policy.Decision{Violations: make([]policy.Violation, 0, len(ve.Fields))}
-	for _, f := range ve.Fields {
-		d.Violations = append(d.Violations, policy.Violation{Field: f.Path, Msg: f.String()})
-	}
-	if len(d.Violations) == 0 {
-		d.Violations = append(d.Violations, policy.Violation{Msg: ve.Error()})
-	}
-	return d
+	return nil
 }

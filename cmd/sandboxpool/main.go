@@ -1,5 +1,6 @@
 // Command sandboxpool is the user CLI. `sandboxpool vet FILE...` checks classes and pools
-// offline with the same CUE schema and Rego policy the admission webhook runs.
+// offline: the CUE schema the CRDs are generated from, then the admission webhook's Rego
+// policy.
 package main
 
 import (

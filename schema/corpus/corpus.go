@@ -43,9 +43,10 @@ type Object struct {
 	// APIServer is the message the API server must answer ("# apiserver: ..."), or empty
 	// when the file names the gap instead ("# apiserver-gap: ...").
 	APIServer string
-	// APIServerGap says why the API server alone cannot reject the object and which layer
-	// does.
+	// APIServerGap says why the CRD alone cannot reject the object ("# apiserver-gap: ...");
+	// the admission webhook does, with the message Webhook ("# webhook: ...").
 	APIServerGap string
+	Webhook      string
 	// Status is true when the invalid part is in status, so it is written through the
 	// status subresource ("# apply: status").
 	Status bool
@@ -179,6 +180,8 @@ func parse(name string, b []byte) (Object, error) {
 			o.APIServer = val
 		case "apiserver-gap":
 			o.APIServerGap = val
+		case "webhook":
+			o.Webhook = val
 		case "apply":
 			o.Status = val == "status"
 		}

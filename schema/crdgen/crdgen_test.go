@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/cuecontext"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/corpus"
@@ -36,6 +38,35 @@ func TestCommittedCRDsAreUpToDate(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s is stale: run make generate", name)
+		}
+	}
+}
+
+// TestImmutableRulesMatchSchema: the CRD's immutability rules (self == oldSelf) are on
+// exactly the fields schema.ImmutableFields names, which sandboxpool vet checks offline.
+func TestImmutableRulesMatchSchema(t *testing.T) {
+	s := schema.MustCompiled()
+	crds, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, crd := range crds {
+		var got []string
+		var walk func(p apiextv1.JSONSchemaProps, path []string)
+		walk = func(p apiextv1.JSONSchemaProps, path []string) {
+			for _, r := range p.XValidations {
+				if r.Rule == "self == oldSelf" {
+					got = append(got, strings.Join(path, "."))
+				}
+			}
+			for name, child := range p.Properties {
+				walk(child, append(slices.Clone(path), name))
+			}
+		}
+		walk(*crd.Spec.Versions[0].Schema.OpenAPIV3Schema, nil)
+		slices.Sort(got)
+		if want := s.ImmutableFields(schema.Kinds[i]); !slices.Equal(got, want) {
+			t.Errorf("%s: immutable rules on %q, the schema's immutable fields are %q", crd.Name, got, want)
 		}
 	}
 }
@@ -159,6 +190,23 @@ s: {d: *"x" | string, l?: [...int32] & list.MaxItems(3), r!: int64}`)
 		if len(p.XValidations) != 1 || !strings.Contains(p.XValidations[0].Rule, "self['cpu'] > 0") ||
 			p.XValidations[0].Message != "cpu: must be > 0" {
 			t.Errorf("rule: %+v", p.XValidations)
+		}
+	})
+	t.Run("the key of a pattern constraint becomes a CEL rule over the keys", func(t *testing.T) {
+		v := compileField(t, `import "strings"
+s: {[(string & strings.MaxRunes(5) & =~"^[a-z]+$") | error("must be a short word")]: int}`)
+		p, err := value(v.LookupPath(cue.ParsePath("s")), "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := apiextv1.ValidationRule{Rule: "self.all(k, size(k) <= 5 && k.matches('^[a-z]+$'))", Message: "every key must be a short word",
+			MessageExpression: `'key "' + self.filter(k, !(size(k) <= 5 && k.matches('^[a-z]+$')))[0] + '" ' + 'must be a short word'`}
+		if len(p.XValidations) != 1 || p.XValidations[0] != want {
+			t.Errorf("rules %+v, want %+v", p.XValidations, want)
+		}
+		v = compileField(t, `s: {[string]: int}`)
+		if p, err := value(v.LookupPath(cue.ParsePath("s")), "s"); err != nil || len(p.XValidations) != 0 {
+			t.Errorf("any string as a key: rules %+v, %v; want none", p.XValidations, err)
 		}
 	})
 	t.Run("unknown constructs fail loudly", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package crdgen
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,6 +52,7 @@ func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps
 	var required, names []string
 	values := map[string]cue.Value{}
 	var pattern *cue.Value
+	var keyPattern cue.Value // the label of the pattern constraint: what every key must be
 	it, err := v.Fields(cue.Optional(true), cue.Patterns(true))
 	if err != nil {
 		return nil, err
@@ -61,7 +63,7 @@ func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps
 				return nil, fmt.Errorf("%s: more than one pattern constraint", path)
 			}
 			pv := it.Value()
-			pattern = &pv
+			pattern, keyPattern = &pv, it.Selector().Pattern()
 			continue
 		}
 		name := it.Selector().Unquoted()
@@ -95,6 +97,13 @@ func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps
 			return nil, err
 		}
 		p.AdditionalProperties = &apiextv1.JSONSchemaPropsOrBool{Allows: true, Schema: ap}
+		// OpenAPI cannot constrain a map's keys: their rule (the pattern's label,
+		// [#QualifiedName]) becomes a CEL rule over every key.
+		if rule, ok, err := celForKeys(keyPattern); err != nil {
+			return nil, fmt.Errorf("%s: keys: %w", path, err)
+		} else if ok {
+			p.XValidations = append(p.XValidations, rule)
+		}
 		// Structural schemas forbid properties next to additionalProperties: named fields
 		// become required keys plus CEL rules built from their own schema.
 		for _, n := range names {
@@ -225,6 +234,47 @@ func celForScalar(name string, s apiextv1.JSONSchemaProps, shared *apiextv1.JSON
 		Message:   msg,
 		FieldPath: "." + name,
 	}, nil
+}
+
+// celForKeys states the rule every key of a map must keep (the label of its pattern
+// constraint, a string type with patterns and a length bound) as a CEL rule on the map,
+// whose message names the first key that breaks it. ok is false when the keys may be any
+// string.
+func celForKeys(key cue.Value) (rule apiextv1.ValidationRule, ok bool, err error) {
+	f, err := collect(key)
+	if err != nil {
+		return rule, false, err
+	}
+	if f.kind != cue.StringKind {
+		return rule, false, fmt.Errorf("a map key must be a string, not %v", f.kind)
+	}
+	if len(f.enum) > 0 || f.minimum != nil || f.maximum != nil {
+		return rule, false, errors.New("a map key may only be constrained by patterns and its length")
+	}
+	var conds []string
+	if f.minLength != nil {
+		conds = append(conds, fmt.Sprintf("size(k) >= %d", *f.minLength))
+	}
+	if f.maxLength != nil {
+		conds = append(conds, fmt.Sprintf("size(k) <= %d", *f.maxLength))
+	}
+	for _, pat := range f.pattern {
+		conds = append(conds, "k.matches("+quoteCEL(pat)+")")
+	}
+	if len(conds) == 0 {
+		return rule, false, nil
+	}
+	msg := f.message
+	if msg == "" {
+		msg = "is not a valid key"
+	}
+	cond := strings.Join(conds, " && ")
+	return apiextv1.ValidationRule{
+		Rule:    "self.all(k, " + cond + ")",
+		Message: "every key " + msg,
+		// The first key that breaks the rule; the API server prints Message if this fails.
+		MessageExpression: "'key \"' + self.filter(k, !(" + cond + "))[0] + '\" ' + " + quoteCEL(msg),
+	}, true, nil
 }
 
 func quoteCEL(s string) string {

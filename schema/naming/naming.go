@@ -3,7 +3,9 @@
 // create of the same name fails with AlreadyExists (docs/design.md §2).
 //
 // The rule itself lives in the CUE schema (#PoolName in schema/sandboxpool.cue); this
-// package restates it in Go for the hot path, and its tests prove the two agree.
+// package restates it in Go for the hot path, and its tests prove the two agree. The
+// admission policy restates the hashed form, which the CRD's CEL cannot compute
+// (bundles/sandboxpool/admission/pool.rego; policy's tests compare it with PoolName).
 package naming
 
 import (

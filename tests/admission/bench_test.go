@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,8 +16,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	admissionv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	"sigs.k8s.io/yaml"
@@ -35,8 +36,8 @@ const (
 	modeNone    admissionMode = "none"
 )
 
-// benchRounds is how many blocks of each mode BenchmarkStatusPatchThroughAPIServer runs,
-// in rotating order, so that a drift of the machine's load falls on every mode alike.
+// benchRounds is how many blocks of each mode throughAPIServer runs, in rotating order, so
+// that a drift of the machine's load falls on every mode alike.
 const benchRounds = 4
 
 // BenchmarkStatusPatchThroughAPIServer measures what a node's status write pays for its
@@ -45,16 +46,13 @@ const benchRounds = 4
 // status-scoping rule as a ValidatingAdmissionPolicy in CEL (a fixture of this benchmark,
 // testdata/status-scoping-vap.yaml), or by nothing. The pool carries a full status written
 // by both of its writers (server-side apply), so the API server sends the webhook what it
-// sends in a cluster: both objects with their managedFields. The modes run in rotating
-// blocks (b.N writes per mode in all). Reports the p50 and p99 of each mode, what the
-// webhook and the policy add to the p50 and p99 of no admission, and the CPU time per
-// write of kube-apiserver and of this process (client and in-process webhook).
+// sends in a cluster: both objects with their managedFields. Reports what
+// throughAPIServer reports.
 //
 //	make tools && KUBEBUILDER_ASSETS=$(ls -d .tools/controlplane-*) \
-//	  go test -run '^$' -bench StatusPatchThroughAPIServer -benchtime 400x ./tests/admission/
+//	  go test -run '^$' -bench ThroughAPIServer -benchtime 400x ./tests/admission/
 func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
-	c := requireCluster(b)
-	ctx := context.Background()
+	requireCluster(b)
 	createPool(b, "bench-node", "c1")
 	node := nodeClient(b, "bench-node")
 	other := nodeClient(b, "bench-other")
@@ -67,10 +65,69 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 	if err := applyStatus(node, pool, v1alpha1.FieldManagerAgent, fullAgentStatus(), false); err != nil {
 		b.Fatal(err)
 	}
-	patch := func(i int) time.Duration {
-		p := fmt.Sprintf(`{"status":{"poolInfo":{"zone":"zone-a","allocatedMemoryBytes":%d}}}`, i)
+	throughAPIServer(b, "status-scoping-vap.yaml", func(i int) error {
+		return mergeStatus(node, pool, fmt.Sprintf(`{"status":{"poolInfo":{"zone":"zone-a","allocatedMemoryBytes":%d}}}`, i))
+	}, admissionProbe{
+		// Another node's write to the pool: which layer refuses it tells the mode.
+		write:       func() error { return mergeStatus(other, pool, `{"status":{"poolInfo":{"zone":"probe"}}}`) },
+		webhookSays: "may only be written by node",
+	})
+}
+
+// BenchmarkClassCreateThroughAPIServer measures what a cluster admin's class create pays
+// for its admission: a new class (a valid one, with its placeholder pods' RuntimeClass)
+// created through the real API server, reviewed by the webhook (the RuntimeClass check and
+// field ownership), by a stand-in ValidatingAdmissionPolicy in CEL (a fixture of this
+// benchmark, testdata/class-create-vap.yaml), or by nothing. The classes are deleted
+// after the benchmark. Reports what throughAPIServer reports.
+func BenchmarkClassCreateThroughAPIServer(b *testing.B) {
+	requireCluster(b)
+	ctx := context.Background()
+	classes := admin(b).Resource(classesGVR)
+	const label = "bench.sandboxpool.agentcube.io/class-create"
+	b.Cleanup(func() {
+		_ = classes.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label})
+	})
+	class := func(name, runtimeClass string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(`apiVersion: sandboxpool.agentcube.volcano.sh/v1alpha1
+kind: SandboxPoolClass
+metadata: {name: `+name+`, labels: {`+label+`: "true"}}
+spec:
+  selector: {matchLabels: {sandbox.agentcube.io/pool: `+name+`}}
+  resourcePolicy: {resources: {cpu: "4", memory: 8Gi}}
+  placeholderPod: {runtimeClassName: `+runtimeClass+`, priorityClassName: system-node-critical}
+`), &u.Object); err != nil {
+			b.Fatal(err)
+		}
+		return u
+	}
+	throughAPIServer(b, "class-create-vap.yaml", func(i int) error {
+		_, err := classes.Create(ctx, class(fmt.Sprintf("bench-%d", i), v1alpha1.DefaultRuntimeClassName), metav1.CreateOptions{})
+		return err
+	}, admissionProbe{
+		// A class naming a RuntimeClass that does not exist, as a dry run.
+		write: func() error {
+			_, err := classes.Create(ctx, class("bench-probe", "no-such-runtimeclass"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+		webhookSays: `RuntimeClass "no-such-runtimeclass" does not exist`,
+	})
+}
+
+// throughAPIServer runs write (its argument a new number each time) b.N times in all,
+// under each admission mode in rotating blocks: the webhook, the ValidatingAdmissionPolicy
+// of testdata/vapFile, and nothing, so that a drift of the machine's load falls on every
+// mode alike. Reports the p50 and p99 of each mode, what the webhook and the VAP add to the
+// p50 and p99 of no admission, the CPU time per write of kube-apiserver and of this
+// process (the client and the in-process webhook), and the mean time of the API server's
+// call to the webhook, as its own metric has it (webhook-call-mean-µs).
+func throughAPIServer(b *testing.B, vapFile string, write func(int) error, probe admissionProbe) {
+	c := requireCluster(b)
+	ctx := context.Background()
+	timed := func(i int) time.Duration {
 		start := time.Now()
-		if err := mergeStatus(node, pool, p); err != nil {
+		if err := write(i); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)
@@ -82,14 +139,13 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 	if err != nil || len(list.Items) != 1 {
 		b.Fatalf("want the one webhook configuration, got %d (%v)", len(list.Items), err)
 	}
-	webhookConfig := list.Items[0].DeepCopy()
-	vap, binding := statusScopingVAP(b)
+	vap, binding := benchVAP(b, vapFile)
 	policies := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	bindings := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	if _, err := policies.Create(ctx, vap, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	sw := admissionSwitch{webhooks: whs, webhookConfig: webhookConfig, bindings: bindings, binding: binding, probe: other}
+	sw := admissionSwitch{webhooks: whs, webhookConfig: list.Items[0].DeepCopy(), bindings: bindings, binding: binding, probe: probe}
 	// The suite's other tests expect the webhook alone.
 	b.Cleanup(func() {
 		sw.set(b, modeWebhook)
@@ -103,6 +159,9 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 	type block struct {
 		latencies      []time.Duration
 		apiserver, own time.Duration
+		// call is the time the API server's calls to the webhook took, by its own metric.
+		call       time.Duration
+		callsCount float64
 	}
 	results := map[admissionMode]*block{}
 	modes := []admissionMode{modeWebhook, modeVAP, modeNone}
@@ -116,7 +175,7 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 			sw.set(b, m)
 			for range 10 { // warm connections and caches after the switch
 				seq++
-				patch(seq)
+				timed(seq)
 			}
 			b.StartTimer()
 			r := results[m]
@@ -124,6 +183,9 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 				r = &block{}
 				results[m] = r
 			}
+			// The API server's metrics are read outside the CPU readings: serving and
+			// parsing them costs both processes more than a block of writes.
+			callsBefore, callsCountBefore := webhookCalls(b, kube)
 			apiBefore, err := framework.ProcUsage(apiserver)
 			if err != nil {
 				b.Fatal(err)
@@ -131,14 +193,18 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 			ownBefore := ownCPU(b)
 			for range perBlock {
 				seq++
-				r.latencies = append(r.latencies, patch(seq))
+				r.latencies = append(r.latencies, timed(seq))
 			}
+			ownAfter := ownCPU(b)
 			apiAfter, err := framework.ProcUsage(apiserver)
 			if err != nil {
 				b.Fatal(err)
 			}
+			callsAfter, callsCountAfter := webhookCalls(b, kube)
+			r.call += callsAfter - callsBefore
+			r.callsCount += callsCountAfter - callsCountBefore
 			r.apiserver += apiAfter.CPU - apiBefore.CPU
-			r.own += ownCPU(b) - ownBefore
+			r.own += ownAfter - ownBefore
 		}
 	}
 	b.StopTimer()
@@ -155,6 +221,9 @@ func BenchmarkStatusPatchThroughAPIServer(b *testing.B) {
 		b.ReportMetric(q(m, 0.99), string(m)+"-p99-µs")
 		b.ReportMetric(float64(r.apiserver.Microseconds())/n, string(m)+"-apiserver-cpu-µs/op")
 		b.ReportMetric(float64(r.own.Microseconds())/n, string(m)+"-process-cpu-µs/op")
+	}
+	if r := results[modeWebhook]; r.callsCount > 0 {
+		b.ReportMetric(float64(r.call.Microseconds())/r.callsCount, "webhook-call-mean-µs")
 	}
 	for _, m := range []admissionMode{modeWebhook, modeVAP} {
 		b.ReportMetric(q(m, 0.5)-q(modeNone, 0.5), string(m)+"-added-p50-µs")
@@ -181,15 +250,15 @@ func fullAgentStatus() map[string]any {
 	}
 }
 
-// statusScopingVAP reads the benchmark's ValidatingAdmissionPolicy and its binding.
-func statusScopingVAP(b *testing.B) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "status-scoping-vap.yaml"))
+// benchVAP reads a benchmark's ValidatingAdmissionPolicy and its binding from testdata.
+func benchVAP(b *testing.B, file string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	raw, err := os.ReadFile(filepath.Join("testdata", file))
 	if err != nil {
 		b.Fatal(err)
 	}
 	docs := bytes.Split(raw, []byte("\n---\n"))
 	if len(docs) != 2 {
-		b.Fatalf("testdata/status-scoping-vap.yaml: want a policy and a binding, got %d documents", len(docs))
+		b.Fatalf("testdata/%s: want a policy and a binding, got %d documents", file, len(docs))
 	}
 	var vap admissionregistrationv1.ValidatingAdmissionPolicy
 	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
@@ -202,15 +271,21 @@ func statusScopingVAP(b *testing.B) (*admissionregistrationv1.ValidatingAdmissio
 	return &vap, &binding
 }
 
+// admissionProbe is a write that the webhook refuses, saying webhookSays, the benchmark's
+// VAP refuses ("bench VAP"), and nothing admits: which answer it gets tells which mode the
+// API server applies.
+type admissionProbe struct {
+	write       func() error
+	webhookSays string
+}
+
 // admissionSwitch registers what a mode needs and removes the rest.
 type admissionSwitch struct {
 	webhooks      admissionv1client.ValidatingWebhookConfigurationInterface
 	webhookConfig *admissionregistrationv1.ValidatingWebhookConfiguration
 	bindings      admissionv1client.ValidatingAdmissionPolicyBindingInterface
 	binding       *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	// probe is another node's client: its write to the bench pool is denied by the
-	// webhook, by the policy, or allowed, and so tells which mode the API server applies.
-	probe dynamic.Interface
+	probe         admissionProbe
 }
 
 // set switches to mode m and waits until the API server applies it.
@@ -242,10 +317,10 @@ func (s admissionSwitch) set(b *testing.B, m admissionMode) {
 	}, func() error { return s.bindings.Delete(ctx, s.binding.Name, metav1.DeleteOptions{}) })
 
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		err := mergeStatus(s.probe, poolName("bench-node"), `{"status":{"poolInfo":{"zone":"probe"}}}`)
+		err := s.probe.write()
 		switch m {
 		case modeWebhook:
-			return err != nil && strings.Contains(err.Error(), "may only be written by node"), nil
+			return err != nil && strings.Contains(err.Error(), s.probe.webhookSays), nil
 		case modeVAP:
 			return err != nil && strings.Contains(err.Error(), "bench VAP"), nil
 		}
@@ -254,6 +329,35 @@ func (s admissionSwitch) set(b *testing.B, m admissionMode) {
 	if err != nil {
 		b.Fatalf("admission by %s not in effect within 30s", m)
 	}
+}
+
+// webhookCalls reads the API server's own metric of its calls to the webhook
+// (apiserver_admission_webhook_admission_duration_seconds of validate.sandboxpool...): the
+// time they took in all, from the review's encoding to its answer's decoding, and how many.
+func webhookCalls(b *testing.B, kube kubernetes.Interface) (time.Duration, float64) {
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum, count float64
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || !strings.Contains(rest, `name="validate.sandboxpool.agentcube.volcano.sh"`) {
+			continue
+		}
+		_, value, _ := strings.Cut(rest, "} ")
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "apiserver_admission_webhook_admission_duration_seconds_sum":
+			sum += v
+		case "apiserver_admission_webhook_admission_duration_seconds_count":
+			count += v
+		}
+	}
+	return time.Duration(sum * float64(time.Second)), count
 }
 
 // ownCPU is this process's CPU time (user and system) so far.

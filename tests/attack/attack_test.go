@@ -566,7 +566,7 @@ func attacks() []attack {
 		{cls, admin, "changes the class's selector", byCRDSchema, "spec.selector is immutable", merge(classesGVR, class, `{"spec":{"selector":{"matchLabels":{"pool":"all"}}}}`)},
 		{cls, admin, "creates a class whose selector gives Exists a value", byCRDSchema, "values must be non-empty when operator is In or NotIn",
 			createClass(`{"selector":{"matchExpressions":[{"key":"pool","operator":"Exists","values":["gold"]}]},"resourcePolicy":{"resources":{"cpu":"1","memory":"1Gi"}}}`)},
-		{cls, admin, "creates a class whose selector has an invalid label key", byWebhook, `spec.selector.matchLabels: Invalid value: "-pool": must be a qualified name`,
+		{cls, admin, "creates a class whose selector has an invalid label key", byCRDSchema, `spec.selector.matchLabels: Invalid value: key "-pool" must be a qualified name`,
 			createClass(`{"selector":{"matchLabels":{"-pool":"gold"}},"resourcePolicy":{"resources":{"cpu":"1","memory":"1Gi"}}}`)},
 
 		{events, nodeA, "posts an event about its own pool", allowed, "", postEvent(poolAPI, v1alpha1.KindSandboxPool, poolA, v1alpha1.FieldManagerAgent)},

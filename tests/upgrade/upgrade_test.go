@@ -1,25 +1,20 @@
 // Package upgrade tests an upgrade that tightens the API's rules, on a real API server:
-// objects stored under an older, looser release (its CRDs and its webhook) stay writable
-// after the CRDs and the webhook are upgraded, where the write itself is valid (status
-// writes, override edits, finalizer removal), while writes that add a violation are refused.
-// Both layers ratchet: the API server its CRD validation, the webhook its schema pass.
+// objects stored under an older, looser release's CRDs stay writable after the CRDs are
+// upgraded, where the write itself is valid (status writes, override edits, finalizer
+// removal), while writes that add a violation are refused. The API server ratchets its
+// CRD validation; the webhook, in place throughout, checks no rule of the schema (its
+// policy judges who changes what, not the object's shape), so it has nothing to ratchet.
 package upgrade
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
-	"net"
-	"net/http"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
-	"github.com/agentcube/sandboxpool/policy"
 	sbschema "github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/crdgen"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -61,13 +55,21 @@ var looser = map[string][]string{
 		"\tif priority != _|_ {\n\t\tpriorityClassName!: _\n\t}\n",
 		"\t@crd(rule=\"!has(self.priority) || has(self.priorityClassName)\"",
 		` & ("Class" | "Override" | error("must be one of Class, Override"))`,
+		" & struct.MaxFields(64)",
 	},
 	"k8s.cue": {
 		"\tif operator != _|_ if operator == \"In\" || operator == \"NotIn\" {\n\t\tvalues!: list.MinItems(1)\n\t}\n",
 		"\tif operator != _|_ if operator == \"Exists\" || operator == \"DoesNotExist\" {\n\t\tvalues?: list.MaxItems(0)\n\t}\n",
 		"\t@crd(rule=\"self.operator in ['In', 'NotIn']",
+		" & struct.MaxFields(64)",
 	},
 }
+
+// loosened is what replaces a cut of looser, where something must: the older release had
+// no bound on the number of placeholder pod annotations and matchLabels, nor a CEL rule on
+// their keys, whose cost needs a bound; its stand-in is the widest bound that rule's cost
+// allows.
+var loosened = map[string]string{" & struct.MaxFields(64)": " & struct.MaxFields(512)"}
 
 // olderSchema is today's schema without the looser rules.
 func olderSchema(t *testing.T) *sbschema.Schema {
@@ -87,7 +89,7 @@ func olderSchema(t *testing.T) *sbschema.Schema {
 			if strings.HasPrefix(cut, "\t@crd(") { // the attribute runs to the end of its line
 				end = start + strings.Index(src[start:], "\n") + 1
 			}
-			src = src[:start] + src[end:]
+			src = src[:start] + loosened[cut] + src[end:]
 		}
 		srcs[file] = []byte(src)
 	}
@@ -120,41 +122,6 @@ func installCRDs(t *testing.T, cp *framework.ControlPlane, s *sbschema.Schema) {
 	}
 }
 
-// serveValidator serves v on the address the webhook configuration calls, with envtest's
-// serving certificate, until the returned stop is called: the older release's webhook.
-func serveValidator(t *testing.T, cp *framework.ControlPlane, v *webhook.Validator) (stop func()) {
-	t.Helper()
-	h, err := webhook.NewHandler(v, prometheus.NewRegistry(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wo := cp.WebhookOptions()
-	cert, err := tls.LoadX509KeyPair(filepath.Join(wo.LocalServingCertDir, "tls.crt"), filepath.Join(wo.LocalServingCertDir, "tls.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(webhook.ValidatePath, h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("stopping the older webhook: %v", err)
-		}
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("the older webhook: %v", err)
-		}
-	}
-}
-
 func object(t *testing.T, y string) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{}
@@ -165,8 +132,9 @@ func object(t *testing.T, y string) *unstructured.Unstructured {
 }
 
 // The objects the older release stored: a class whose selector gives Exists a value and
-// whose placeholder pod has a bare priority, and its pool with the bare priority, both
-// with the controller's finalizer.
+// whose placeholder pod has a bare priority, and its pool with the bare priority and more
+// placeholder pod annotations than today's bound (legacyAnnotations), both with the
+// controller's finalizer.
 const (
 	legacyClass = `apiVersion: sandboxpool.agentcube.volcano.sh/v1alpha1
 kind: SandboxPoolClass
@@ -186,10 +154,19 @@ spec:
   classRef: {name: legacy}
   nodeName: old-node
   resourcePolicy: {resources: {cpu: "2", memory: 4Gi}}
-  placeholderPod: {priority: 1000}
+  placeholderPod: {priority: 1000, annotations: ANNOTATIONS}
 `
 	legacyPoolName = "placeholder-old-node"
 )
+
+// legacyAnnotations are 65 placeholder pod annotations, one more than today's bound.
+func legacyAnnotations() string {
+	var kv []string
+	for i := range 65 {
+		kv = append(kv, fmt.Sprintf("example.com/a%d: v", i))
+	}
+	return "{" + strings.Join(kv, ", ") + "}"
+}
 
 // clientAs returns a maker of dynamic clients for an identity's configuration, failing t
 // when making the identity did.
@@ -219,18 +196,16 @@ func TestUpgradeRatchets(t *testing.T) {
 	operator := clientAs(t)(cp.AddUser("olivia", v1alpha1.OperatorGroup, "system:authenticated"))
 
 	// The older release.
-	older := olderSchema(t)
-	installCRDs(t, cp, older)
-	engine, err := policy.New(ctx)
-	if err != nil {
+	installCRDs(t, cp, olderSchema(t))
+	waitRule(t, admin, false)
+	if err := cp.StartWebhook(ctx, webhook.DefaultOptions(), zap.New(zap.UseDevMode(false))); err != nil {
 		t.Fatal(err)
 	}
-	stopOlder := serveValidator(t, cp, webhook.NewValidator(older, engine))
-	waitRule(t, admin, false)
+	storedPool := strings.Replace(legacyPool, "ANNOTATIONS", legacyAnnotations(), 1)
 	for _, o := range []struct {
 		gvr schema.GroupVersionResource
 		y   string
-	}{{classesGVR, legacyClass}, {poolsGVR, legacyPool}} {
+	}{{classesGVR, legacyClass}, {poolsGVR, storedPool}} {
 		if _, err := admin.Resource(o.gvr).Create(ctx, object(t, o.y), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("storing under the older release: %v", err)
 		}
@@ -245,15 +220,11 @@ func TestUpgradeRatchets(t *testing.T) {
 		t.Fatalf("the agent's status under the older release: %v", err)
 	}
 
-	// The upgrade: CRDs first, then the webhook (docs/operator-guide.md, "Upgrade").
+	// The upgrade: the CRDs (docs/operator-guide.md, "Upgrade").
 	if err := cp.InstallCRDs(); err != nil {
 		t.Fatal(err)
 	}
 	waitRule(t, admin, true)
-	stopOlder()
-	if err := cp.StartWebhook(ctx, webhook.DefaultOptions(), zap.New(zap.UseDevMode(false))); err != nil {
-		t.Fatal(err)
-	}
 
 	// What the objects still take.
 	for _, w := range []struct {
@@ -282,10 +253,14 @@ func TestUpgradeRatchets(t *testing.T) {
 		{"a new class whose selector gives Exists a value", "values must be non-empty when operator is In or NotIn",
 			create(ctx, admin, classesGVR, strings.Replace(legacyClass, "name: legacy, finalizers: [sandboxpool.agentcube.volcano.sh/pools]", "name: new", 1))},
 		{"a new pool with a bare priority", "priorityClassName is required when priority is set",
-			create(ctx, admin, poolsGVR, strings.NewReplacer("old-node", "new-node", "finalizers: [sandboxpool.agentcube.volcano.sh/placeholder-pod]", "finalizers: []").Replace(legacyPool))},
+			create(ctx, admin, poolsGVR, strings.NewReplacer("old-node", "new-node", "finalizers: [sandboxpool.agentcube.volcano.sh/placeholder-pod]", "finalizers: []",
+				"ANNOTATIONS", "{}").Replace(legacyPool))},
 		{"a change of the stored bare priority to another", "priorityClassName is required when priority is set",
 			mergePatch(ctx, controller, poolsGVR, legacyPoolName, `{"spec":{"placeholderPod":{"priority":7}}}`)},
-		{"an override with an invalid resource name", `spec.override.resourcePolicy.resources: Invalid value: "bad name!"`,
+		{"a new pool with more placeholder pod annotations than the bound", "spec.placeholderPod.annotations: Too many: 65: must have at most 64 items",
+			create(ctx, admin, poolsGVR, strings.NewReplacer("old-node", "new-node", "finalizers: [sandboxpool.agentcube.volcano.sh/placeholder-pod]", "finalizers: []",
+				"priority: 1000, ", "").Replace(storedPool))},
+		{"an override with an invalid resource name", `spec.override.resourcePolicy.resources: Invalid value: key "bad name!" must be a qualified name`,
 			mergePatch(ctx, operator, poolsGVR, legacyPoolName, `{"spec":{"override":{"resourcePolicy":{"resources":{"bad name!":"1"}}}}}`)},
 		{"a status write that changes override.source to a value outside the enum", `status.override.source`,
 			applyStatus(ctx, node, v1alpha1.FieldManagerAgent, map[string]any{"poolInfo": map[string]any{"zone": "zone-b"},
@@ -347,7 +322,8 @@ func create(ctx context.Context, c dynamic.Interface, gvr schema.GroupVersionRes
 // moment after the apply returns.
 func waitRule(t *testing.T, admin dynamic.Interface, present bool) {
 	t.Helper()
-	probe := strings.NewReplacer("old-node", "probe-node", "finalizers: [sandboxpool.agentcube.volcano.sh/placeholder-pod]", "finalizers: []").Replace(legacyPool)
+	probe := strings.NewReplacer("old-node", "probe-node", "finalizers: [sandboxpool.agentcube.volcano.sh/placeholder-pod]", "finalizers: []",
+		"ANNOTATIONS", "{}").Replace(legacyPool)
 	var last error
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		last = create(ctx, admin, poolsGVR, probe)

@@ -1,7 +1,7 @@
 // Package webhookload measures the admission webhook's throughput with the load generator
 // in another process than the webhook, so that each one's CPU is read on its own: the test
-// binary runs itself again as the webhook (the real Handler, Validator, CUE schema and
-// Rego engine behind TLS on loopback) and sends it reviews at fixed rates.
+// binary runs itself again as the webhook (the real Handler, Validator and Rego engine
+// behind TLS on loopback) and sends it reviews at fixed rates.
 package webhookload
 
 import (
@@ -45,7 +45,6 @@ import (
 
 	"github.com/agentcube/sandboxpool/policy"
 	"github.com/agentcube/sandboxpool/policy/policytest"
-	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 	"github.com/agentcube/sandboxpool/tests/framework"
 	"github.com/agentcube/sandboxpool/webhook"
@@ -93,7 +92,7 @@ func serve(dir string) error {
 	if err != nil {
 		return err
 	}
-	h, err := webhook.NewHandler(webhook.NewValidator(schema.MustCompiled(), engine), prometheus.NewRegistry(), logr.Discard())
+	h, err := webhook.NewHandler(webhook.NewValidator(engine), prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		return err
 	}

@@ -1,23 +1,15 @@
 # METADATA
 # description: |
-#   Admission rules of SandboxPoolClass that no schema can state: transitions and who may
-#   change what. The shape of a class (resources, names, selectors) is the CUE schema's,
-#   which the webhook checks before this policy runs.
+#   Admission rules of SandboxPoolClass that no schema can state: who may change what and
+#   the RuntimeClass it names. The shape of a class (resources, names, selectors) and its
+#   immutable selector are the CRD's, generated from the CUE schema: the API server has
+#   checked them before it calls the webhook.
 package sandboxpool.admission.class
 
 import data.sandboxpool.lib.identity
 import data.sandboxpool.lib.request
 import data.sandboxpool.lib.runtimeclass
 import data.sandboxpool.lib.violation
-
-# spec.selector is immutable: a change would delete and create pools en masse, as with
-# Deployment.spec.selector.
-deny contains violation.new("spec.selector", msg) if {
-	request.is_class
-	request.is_update
-	object.get(request.obj, ["spec", "selector"], null) != object.get(request.old, ["spec", "selector"], null)
-	msg := "field is immutable; to change the node set relabel the nodes or recreate the class"
-}
 
 # A class's spec is what cluster admins declare. The controller writes the class's
 # finalizer and its status, never the spec (its role may update classes for the finalizer).

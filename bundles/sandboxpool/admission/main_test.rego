@@ -11,13 +11,14 @@ test_valid_requests_allowed if {
 }
 
 test_class_violations_reported if {
-	bad := json.patch(fx.class, [{"op": "replace", "path": "/spec/selector", "value": {}}])
-	fx.fields(admission.deny) == {"spec.selector"} with input as fx.update_class(fx.class, bad)
+	bad := json.patch(fx.class, [{"op": "replace", "path": "/spec/resourcePolicy/resources/cpu", "value": "64"}])
+	fx.fields(admission.deny) == {"spec"} with input as fx.request("sandboxpoolclasses", "", "UPDATE", fx.controller, bad, fx.class)
+		with data.config as fx.config
 }
 
 test_pool_violations_reported if {
-	bad := json.patch(fx.pool("node-a"), [{"op": "replace", "path": "/spec/nodeName", "value": "node-b"}])
-	fx.fields(admission.deny) == {"spec.nodeName"} with input as fx.update_pool(fx.admin, fx.pool("node-a"), bad)
+	bad := json.patch(fx.pool("node-a"), [{"op": "replace", "path": "/spec/resourcePolicy/resources/cpu", "value": "64"}])
+	fx.fields(admission.deny) == {"spec"} with input as fx.update_pool(fx.kubelet("node-a"), fx.pool("node-a"), bad)
 		with data.config as fx.config
 }
 

@@ -1,9 +1,10 @@
 # METADATA
 # description: |
-#   Admission rules of SandboxPool, main resource, that no schema can state: transitions,
-#   who may change which field, and the cluster's other pools. The shape of a pool (name,
-#   resources, override, endpoint) is the CUE schema's, which the webhook checks before
-#   this policy runs.
+#   Admission rules of SandboxPool, main resource, that no schema can state: who may change
+#   which field, the cluster's other pools, the RuntimeClass it names, and the hashed name
+#   of a node whose name is too long for CEL to check. The shape of a pool (name, resources,
+#   override, endpoint) and its immutable fields are the CRD's, generated from the CUE
+#   schema: the API server has checked them before it calls the webhook.
 package sandboxpool.admission.pool
 
 import data.sandboxpool.lib.identity
@@ -12,17 +13,21 @@ import data.sandboxpool.lib.request
 import data.sandboxpool.lib.runtimeclass
 import data.sandboxpool.lib.violation
 
-# immutable are the spec fields set once by the controller.
-immutable := {
-	"spec.nodeName": ["spec", "nodeName"],
-	"spec.classRef.name": ["spec", "classRef", "name"],
-}
-
-deny contains violation.new(field, "field is immutable") if {
+# A pool's name is the deterministic name of its node (#PoolName in schema/sandboxpool.cue,
+# naming.PoolName in Go). The CRD's CEL rule holds it for node names of up to 241
+# characters; a longer node name is cut and hashed, and CEL has no hash, so this rule holds
+# the rest. The name and spec.nodeName never change after the CREATE.
+deny contains violation.new("metadata.name", msg) if {
 	request.is_pool
-	request.is_update
-	some field, path in immutable
-	object.get(request.obj, path, null) != object.get(request.old, path, null)
+	request.is_create
+	node := request.obj.spec.nodeName
+	count(node) > names.max_unhashed_node_name
+	want := concat("", [
+		names.pool_name_prefix, substring(node, 0, names.hashed_node_name_prefix),
+		"-", substring(crypto.sha256(node), 0, names.hash_suffix),
+	])
+	request.name != want
+	msg := sprintf("must be the pool name of spec.nodeName, hashed as its name is longer than %d characters: %s", [names.max_unhashed_node_name, want])
 }
 
 # A node identity never updates a pool's spec or metadata; it writes only the status

@@ -31,3 +31,15 @@ agent_field_manager := "placeholder-agent"
 # runtime_handler is the CRI runtime handler of the placeholder shim
 # (v1alpha1.PlaceholderRuntimeHandler): the RuntimeClass a class or pool names must run it.
 runtime_handler := "placeholder"
+
+# The deterministic pool name of a node (naming.PoolName): pool_name_prefix and the node
+# name, or, for a node name longer than max_unhashed_node_name characters, the prefix, its
+# first hashed_node_name_prefix characters, "-" and the first hash_suffix hex characters of
+# its SHA-256.
+pool_name_prefix := "placeholder-"
+
+max_unhashed_node_name := 241
+
+hashed_node_name_prefix := 232
+
+hash_suffix := 8

@@ -1,6 +1,8 @@
 // Package vet implements `sandboxpool vet`: it turns YAML files into admission requests and
-// runs them through the webhook's own pipeline (CUE schema, then the embedded Rego policy),
-// so a user's CI rejects exactly what the cluster would.
+// checks them as the cluster would, offline: first the CUE schema, which stands in for the
+// API server's check of the CRDs generated from it (validation, defaults, immutable fields),
+// then the webhook's own decision (the embedded Rego policy), so a user's CI rejects what
+// the cluster would.
 package vet
 
 import (
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -55,7 +58,7 @@ func (o object) id() string { return o.meta.Kind + "/" + o.meta.Metadata.Name }
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sandboxpool vet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	old := fs.String("old", "", "YAML file with the current objects: each input object with the same kind and name is checked as an UPDATE of it (immutable fields, ratcheting)")
+	old := fs.String("old", "", "YAML file with the current objects: each input object with the same kind and name is checked as an UPDATE of it (immutable fields, who may change what)")
 	subresource := fs.String("subresource", "", `check UPDATEs of this subresource ("status"); needs --old`)
 	user := fs.String("as", "sandboxpool-vet", "user name the requests are made as (matters for status updates)")
 	var groups stringList
@@ -76,7 +79,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxpool vet: --subresource needs --old")
 		return ExitUsage
 	}
-	validator, err := newValidator(ctx, *bundle)
+	check, err := newChecker(ctx, *bundle)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxpool vet:", err)
 		return ExitUsage
@@ -102,7 +105,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		for _, o := range objs {
 			req := request(o, olds, *subresource, userInfo)
-			d, err := validator.Validate(ctx, req)
+			d, err := check.decide(ctx, req)
 			switch {
 			case err != nil:
 				fmt.Fprintf(stdout, "%s: %s: error: %v\n", file, o.id(), err)
@@ -120,7 +123,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func newValidator(ctx context.Context, bundlePath string) (*webhook.Validator, error) {
+// checker decides requests as the API server and the webhook would together.
+type checker struct {
+	schema  *schema.Schema
+	webhook *webhook.Validator
+}
+
+func newChecker(ctx context.Context, bundlePath string) (*checker, error) {
 	s, err := schema.Compiled()
 	if err != nil {
 		return nil, err
@@ -138,7 +147,49 @@ func newValidator(ctx context.Context, bundlePath string) (*webhook.Validator, e
 	if err != nil {
 		return nil, fmt.Errorf("preparing the policy: %w", err)
 	}
-	return webhook.NewValidator(s, engine), nil
+	return &checker{schema: s, webhook: webhook.NewValidator(engine)}, nil
+}
+
+// decide checks req's object against the CUE schema and, on an UPDATE, its immutable fields,
+// where the API server checks the CRD; then the webhook decides the request with the objects
+// defaulted, as the API server sends them. The API server ratchets its checks on an UPDATE
+// (a value the old object already had passes); vet checks the new object whole.
+func (c *checker) decide(ctx context.Context, req *admissionv1.AdmissionRequest) (policy.Decision, error) {
+	kind := schema.Kind(req.Kind.Kind)
+	if !slices.Contains(schema.Kinds, kind) {
+		return c.webhook.Validate(ctx, req) // not the API's kind: the webhook's error says so
+	}
+	obj, err := c.schema.Default(kind, req.Object.Raw)
+	if err == nil && req.Operation == admissionv1.Update {
+		err = c.schema.ValidateTransition(kind, req.OldObject.Raw, req.Object.Raw)
+	}
+	if ve, ok := errors.AsType[*schema.ValidationError](err); ok {
+		return schemaDenial(ve), nil
+	}
+	if err != nil {
+		return policy.Decision{}, fmt.Errorf("checking %s %s against the schema: %w", kind, req.Name, err)
+	}
+	sub := *req
+	sub.Object = runtime.RawExtension{Raw: obj}
+	if req.Operation == admissionv1.Update {
+		if old, err := c.schema.Default(kind, req.OldObject.Raw); err == nil {
+			sub.OldObject = runtime.RawExtension{Raw: old} // else stored under older rules: as it is
+		}
+	}
+	return c.webhook.Validate(ctx, &sub)
+}
+
+// schemaDenial turns the schema's field errors into violations whose messages start with
+// the field, as the policy's do.
+func schemaDenial(ve *schema.ValidationError) policy.Decision {
+	d := policy.Decision{Violations: make([]policy.Violation, 0, len(ve.Fields))}
+	for _, f := range ve.Fields {
+		d.Violations = append(d.Violations, policy.Violation{Field: f.Path, Msg: f.String()})
+	}
+	if len(d.Violations) == 0 {
+		d.Violations = append(d.Violations, policy.Violation{Msg: ve.Error()})
+	}
+	return d
 }
 
 // formatViolation prints "field: message" without repeating a field the message already

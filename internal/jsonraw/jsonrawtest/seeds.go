@@ -4,7 +4,7 @@ package jsonrawtest
 import (
 	"strings"
 
-	"github.com/agentcube/sandboxpool/schema/jsonraw"
+	"github.com/agentcube/sandboxpool/internal/jsonraw"
 )
 
 // Seeds are edge cases of JSON validity: each is valid or invalid as encoding/json

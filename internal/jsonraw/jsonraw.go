@@ -1,7 +1,7 @@
 // Package jsonraw reads JSON as it is written: whether bytes are valid JSON, as
 // encoding/json judges them, and the members of an object with the bytes of their values,
-// so that callers can compare, cut and join JSON without decoding it. The schema cuts
-// objects into the pieces it evaluates apart, and the policy parses its input, with it.
+// so that callers can compare, cut and join JSON without decoding it. The webhook cuts a
+// review's objects out of it, and the policy parses its input, with it.
 package jsonraw
 
 import (

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcube/sandboxpool/schema/jsonraw"
-	"github.com/agentcube/sandboxpool/schema/jsonraw/jsonrawtest"
+	"github.com/agentcube/sandboxpool/internal/jsonraw"
+	"github.com/agentcube/sandboxpool/internal/jsonraw/jsonrawtest"
 )
 
 // TestValidAgreesWithEncodingJSON compares Valid with encoding/json's on edge cases.
