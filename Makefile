@@ -161,14 +161,16 @@ push: images ## Push the images to REGISTRY (make push REGISTRY=registry.example
 # The test layers as package lists: unit tests beside the code (real cgroups where a package
 # needs them, as root); the integration suites in tests/ (a real API server, containerd,
 # cgroups); the end-to-end suite on a one-node cluster. make test runs the three lists in one
-# go test, so that their packages share the cores as they go.
+# go test, so that their packages share the cores as they go, the end-to-end suite first:
+# go test starts packages in the order given, and the longest (~8 min, mostly waiting on
+# kubelet) then runs beside the others instead of alone after them.
 UNIT_PKGS        = $(shell $(GO) list ./... | grep -v /tests/)
 INTEGRATION_PKGS = $(shell $(GO) list ./tests/... | grep -v /tests/e2e)
 E2E_PKGS         = ./tests/e2e/...
 
 .PHONY: test
 test: tools verify cue-vet opa-check images images-b ## Run every test: drift check, cue CLI, unit, integration on a real API server, end-to-end on a one-node cluster.
-	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) $(UNIT_PKGS) $(INTEGRATION_PKGS) $(E2E_PKGS)
+	$(TEST_ENV) $(GO) test $(GO_TEST_FLAGS) $(E2E_PKGS) $(UNIT_PKGS) $(INTEGRATION_PKGS)
 	$(MAKE) --no-print-directory fuzz
 
 FUZZ_TIME ?= 20s
