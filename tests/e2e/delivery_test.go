@@ -32,6 +32,10 @@ const (
 	// root gets a little more than that; a test package running beside this one on the
 	// machine takes cpu from the pods' root, not from the slice's share in it.
 	deliveredShare = 0.95
+	// fullShare is the least share of its size a Guaranteed pod gets when the pods' root
+	// has room for it: its quota is counted per 100 ms period, so a 5 s window starts and
+	// ends up to one period's quota (2 % of its size) away from the cpu it was given.
+	fullShare = 0.98
 	// cpuWindow is how long one measurement of the slice's cpu lasts.
 	cpuWindow = 5 * time.Second
 	// saturatorCPU is the request of the co-located Burstable pod that burns every core
@@ -104,6 +108,7 @@ const (
 func checkDelivered(t *testing.T, s *stack.Stack, pool int64, sandbox *nodectltest.Burner, anchor, sat burner) {
 	t.Helper()
 	want := int64(deliveredShare * float64(pool))
+	full := int64(fullShare * float64(pool))
 	var sumSlice, sumG int64
 	checked := false
 	for i := 0; i < deliveryWindows && (i < minWindows || !checked); i++ {
@@ -112,7 +117,7 @@ func checkDelivered(t *testing.T, s *stack.Stack, pool int64, sandbox *nodectlte
 		sumSlice, sumG = sumSlice+slice, sumG+g
 		t.Logf("pool %dm, window %d: the slice got %dm (%.1f %%), a Guaranteed pod of its size %dm, the saturating pod %dm",
 			pool, i+1, slice, 100*float64(slice)/float64(pool), g, m[2])
-		if checked || g < want {
+		if checked || g < full {
 			continue // the machine's other processes took the pods' share: not this window
 		}
 		checked = true
@@ -126,7 +131,7 @@ func checkDelivered(t *testing.T, s *stack.Stack, pool int64, sandbox *nodectlte
 			pool, 100*float64(sumSlice)/float64(sumG), 100*deliveredShare, cpuWeights(s, sandbox.Pid))
 	}
 	if !checked {
-		t.Logf("pool %dm: in none of %d windows did a Guaranteed pod of the pool's size get %dm (the machine is busy)", pool, deliveryWindows, want)
+		t.Logf("pool %dm: in none of %d windows did a Guaranteed pod of the pool's size get %dm (the machine is busy)", pool, deliveryWindows, full)
 	}
 }
 
