@@ -402,6 +402,10 @@ func (p *phaseResult) line(r *scaleRun) string {
 	}
 	var marks []string
 	for _, m := range p.marks {
+		if m.at <= 0 {
+			marks = append(marks, fmt.Sprintf("; %s not within the phase", m.what))
+			continue
+		}
 		marks = append(marks, fmt.Sprintf("; %s after %s", m.what, m.at.Round(100*time.Millisecond)))
 	}
 	return fmt.Sprintf("%s %s (%s): %s%s%s, per node: requests %s (%s), kube-apiserver cpu %.1f ms, etcd WAL %.0f B, watch events %s",
