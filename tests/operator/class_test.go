@@ -82,6 +82,22 @@ func deleteClassAndWait(t *testing.T, name string) {
 	})
 }
 
+// classWithPool creates class (cpu 1, memory 1Gi) selecting node by selectorLabel, deletes it
+// at the end of the test, and returns the name of node's pool once it exists.
+func classWithPool(ctx context.Context, t *testing.T, class, node string) string {
+	t.Helper()
+	if err := admin.Create(ctx, wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteClassAndWait(t, class) })
+	name := naming.PoolName(node)
+	eventually(t, "the pool exists", 10*time.Second, func() (bool, string) {
+		err := admin.Get(ctx, types.NamespacedName{Name: name}, &v1alpha1.SandboxPool{})
+		return err == nil, fmt.Sprint(err)
+	})
+	return name
+}
+
 // mirrorPod stands in for the pod kubelet mirrors from the agent's static manifest: in the
 // pod namespace, bound to the node, with kubelet's mirror annotation, labelled with the pool.
 func mirrorPod(t *testing.T, pool, node string) *corev1.Pod {
@@ -346,15 +362,7 @@ func TestFinalizerTimeout(t *testing.T) {
 	ctx := context.Background()
 	const class, node = "stuck", "stuck-node"
 	createNode(t, node, map[string]string{selectorLabel: class})
-	if err := admin.Create(ctx, wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteClassAndWait(t, class) })
-	name := naming.PoolName(node)
-	eventually(t, "the pool exists", 10*time.Second, func() (bool, string) {
-		err := admin.Get(ctx, types.NamespacedName{Name: name}, &v1alpha1.SandboxPool{})
-		return err == nil, fmt.Sprint(err)
-	})
+	name := classWithPool(ctx, t, class, node)
 	pod := mirrorPod(t, name, node)
 	t.Cleanup(func() { deletePodNow(t, pod) })
 

@@ -38,15 +38,7 @@ func TestFinalizerCountsOnlyTheNodesMirrorPods(t *testing.T) {
 	if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "default"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.Create(ctx, wrappers.MakeClass(class).Selector(selectorLabel, class).Resources("1", "1Gi").Obj()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteClassAndWait(t, class) })
-	name := naming.PoolName(node)
-	eventually(t, "the pool exists", 10*time.Second, func() (bool, string) {
-		err := admin.Get(ctx, types.NamespacedName{Name: name}, &v1alpha1.SandboxPool{})
-		return err == nil, fmt.Sprint(err)
-	})
+	name := classWithPool(ctx, t, class, node)
 	own := mirrorPod(t, name, node)
 	for _, p := range []*corev1.Pod{
 		podLike(t, tenantNS, "sandbox-pool-1-"+node, name, node, true),
