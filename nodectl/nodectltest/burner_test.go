@@ -2,7 +2,6 @@ package nodectltest
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,9 +48,5 @@ func TestBurner(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatalf("the burner's cpu time stays at %v: %v", first, err)
-	}
-	self, err := ProcessCPUTime(os.Getpid())
-	if err != nil || self <= 0 {
-		t.Errorf("ProcessCPUTime(self) = %v, %v", self, err)
 	}
 }
