@@ -64,9 +64,19 @@ type phaseResult struct {
 	marks []mark
 }
 
+// mark is a moment inside a phase: at is how long after the phase began, or 0 when the phase
+// ended before it.
 type mark struct {
 	what string
 	at   time.Duration
+}
+
+// in is the mark in a sentence, its time written by d.
+func (m mark) in(d func(time.Duration) string) string {
+	if m.at <= 0 {
+		return m.what + " not within the phase"
+	}
+	return m.what + " after " + d(m.at)
 }
 
 // scaleRun is one run of TestHollowScale: every phase of both sides, and how the run went.
@@ -402,11 +412,7 @@ func (p *phaseResult) line(r *scaleRun) string {
 	}
 	var marks []string
 	for _, m := range p.marks {
-		if m.at <= 0 {
-			marks = append(marks, fmt.Sprintf("; %s not within the phase", m.what))
-			continue
-		}
-		marks = append(marks, fmt.Sprintf("; %s after %s", m.what, m.at.Round(100*time.Millisecond)))
+		marks = append(marks, "; "+m.in(func(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }))
 	}
 	return fmt.Sprintf("%s %s (%s): %s%s%s, per node: requests %s (%s), kube-apiserver cpu %.1f ms, etcd WAL %.0f B, watch events %s",
 		p.side, p.name, p.what, c.took.Round(100*time.Millisecond), map[bool]string{true: "", false: " (NOT REACHED)"}[p.reached], strings.Join(marks, ""),

@@ -145,11 +145,7 @@ func renderSection(r *scaleRun) string {
 		"![requests](bench/scale-requests.png) ![cpu](bench/scale-cpu.png)\n\n")
 	for _, p := range r.phases {
 		for _, m := range p.marks {
-			if m.at <= 0 {
-				fmt.Fprintf(&b, "- %s %s: not within the phase.\n", p.side, m.what)
-				continue
-			}
-			fmt.Fprintf(&b, "- %s %s: %s after it began.\n", p.side, m.what, d(m.at))
+			fmt.Fprintf(&b, "- %s %s.\n", p.side, m.in(d))
 		}
 	}
 	b.WriteString("\n**Requests per node by verb and resource** (as above: a pool phase beyond the steady state, the steady state per minute):\n\n")
