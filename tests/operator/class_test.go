@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -197,13 +198,17 @@ func TestClassFanOut(t *testing.T) {
 		return apierrors.IsNotFound(err) && len(poolsOfClass(t, class)) == n-1, fmt.Sprint(err)
 	})
 
-	// Change the class's policy: every snapshot follows.
-	if err := admin.Get(ctx, types.NamespacedName{Name: class}, c); err != nil {
-		t.Fatal(err)
-	}
-	c.Spec.ResourcePolicy.Resources[corev1.ResourceCPU] = resource.MustParse("3")
-	c.Spec.ResourcePolicy.Resources["example.com/gpu"] = resource.MustParse("1")
-	if err := admin.Update(ctx, c); err != nil {
+	// Change the class's policy: every snapshot follows. The controller may be writing the
+	// class's status (49 pools now) between the read and the write.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := admin.Get(ctx, types.NamespacedName{Name: class}, c); err != nil {
+			return err
+		}
+		c.Spec.ResourcePolicy.Resources[corev1.ResourceCPU] = resource.MustParse("3")
+		c.Spec.ResourcePolicy.Resources["example.com/gpu"] = resource.MustParse("1")
+		return admin.Update(ctx, c)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
