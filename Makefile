@@ -174,7 +174,7 @@ test: tools verify cue-vet opa-check images images-b ## Run every test: drift ch
 	$(MAKE) --no-print-directory fuzz
 
 # An execution count, not a duration: with a duration Go's fuzz coordinator (go1.26) can
-# report its own -fuzztime deadline as a failure (golang/go#75804). ~20 s on 2 cores.
+# report its own -fuzztime deadline as a failure (golang/go#75804). about 25 s on 2 cores.
 FUZZ_TIME ?= 25000x
 
 .PHONY: fuzz

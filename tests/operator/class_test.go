@@ -99,6 +99,22 @@ func classWithPool(ctx context.Context, t *testing.T, class, node string) string
 	return name
 }
 
+// updateClass reads class into c, applies change and writes it back, reading again on a
+// conflict: the controller writes the class's status between a test's read and its write.
+func updateClass(ctx context.Context, t *testing.T, class string, c *v1alpha1.SandboxPoolClass, change func(*v1alpha1.SandboxPoolClass)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := admin.Get(ctx, types.NamespacedName{Name: class}, c); err != nil {
+			return err
+		}
+		change(c)
+		return admin.Update(ctx, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // mirrorPod stands in for the pod kubelet mirrors from the agent's static manifest: in the
 // pod namespace, bound to the node, with kubelet's mirror annotation, labelled with the pool.
 func mirrorPod(t *testing.T, pool, node string) *corev1.Pod {
@@ -198,19 +214,11 @@ func TestClassFanOut(t *testing.T) {
 		return apierrors.IsNotFound(err) && len(poolsOfClass(t, class)) == n-1, fmt.Sprint(err)
 	})
 
-	// Change the class's policy: every snapshot follows. The controller may be writing the
-	// class's status (49 pools now) between the read and the write.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := admin.Get(ctx, types.NamespacedName{Name: class}, c); err != nil {
-			return err
-		}
+	// Change the class's policy: every snapshot follows.
+	updateClass(ctx, t, class, c, func(c *v1alpha1.SandboxPoolClass) {
 		c.Spec.ResourcePolicy.Resources[corev1.ResourceCPU] = resource.MustParse("3")
 		c.Spec.ResourcePolicy.Resources["example.com/gpu"] = resource.MustParse("1")
-		return admin.Update(ctx, c)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	start = time.Now()
 	eventually(t, "every snapshot has the new policy", 30*time.Second, func() (bool, string) {
 		stale := 0

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
@@ -118,16 +117,9 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 	// annotation on the class makes one; nothing at rest does).
 	from, before = time.Now(), reconcilesOf(t, "sandboxpoolclass")
 	for i := range 3 {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := admin.Get(ctx, types.NamespacedName{Name: class}, &c); err != nil {
-				return err
-			}
+		updateClass(ctx, t, class, &c, func(c *v1alpha1.SandboxPoolClass) {
 			metav1.SetMetaDataAnnotation(&c.ObjectMeta, "sandbox.test/pass", fmt.Sprint(i))
-			return admin.Update(ctx, &c)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		eventually(t, "a class pass", 10*time.Second, func() (bool, string) {
 			got := reconcilesOf(t, "sandboxpoolclass")
 			return got > before+float64(i), fmt.Sprintf("%.0f class reconciles", got-before)
