@@ -3,7 +3,7 @@
 // node-ctl through staged resizes, renews the pool's Lease and reports status.
 //
 // Where things are: agent.go wires the manager and holds what the agent remembers; pass.go
-// is one pass over a pool, which decides with planLock (lock.go, over the pieces observed by
+// is one pass over a pool, which decides with lock.Plan (agent/lock, over the pieces observed by
 // pieces.go) and writes manifests; status.go reports; resize.go keeps a resize's memory and
 // events; lease.go renews the pools' Leases; nodectl.go polls, reloads, restarts and stops
 // node-ctl; shim.go serves the placeholder shim; manifests.go watches the manifest directory;

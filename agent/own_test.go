@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/agentcube/sandboxpool/agent/lock"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/nodectl/api"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -150,12 +151,12 @@ func TestEnforced(t *testing.T) {
 	a.nc.State = state("500m")
 	a.sent = &api.Config{Pool: ref, Generation: 2, Resources: map[string]string{"cpu": "400m", "memory": "1Gi"}}
 	e := a.enforced(pool)
-	if !equalResources(e.applied, rl("500m", "1Gi")) || e.confirmed {
+	if !lock.Equal(e.applied, rl("500m", "1Gi")) || e.confirmed {
 		t.Errorf("a shrink written, not confirmed: %+v, want 500m unconfirmed", e)
 	}
 	// A growth written, not answered: the growth counts.
 	a.sent.Resources["cpu"] = "700m"
-	if e := a.enforced(pool); !equalResources(e.applied, rl("700m", "1Gi")) || e.confirmed {
+	if e := a.enforced(pool); !lock.Equal(e.applied, rl("700m", "1Gi")) || e.confirmed {
 		t.Errorf("a growth written, not confirmed: %+v, want 700m unconfirmed", e)
 	}
 	// Restarted: no poll answered yet; the state file and the config file say it.
@@ -164,12 +165,12 @@ func TestEnforced(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.restore(t.Context())
-	if e := b.enforced(pool); !equalResources(e.applied, rl("500m", "1Gi")) || e.confirmed || !equalResources(e.reported, rl("500m", "1Gi")) {
+	if e := b.enforced(pool); !lock.Equal(e.applied, rl("500m", "1Gi")) || e.confirmed || !lock.Equal(e.reported, rl("500m", "1Gi")) {
 		t.Errorf("restarted with node-ctl silent: %+v, want 500m reported and unconfirmed", e)
 	}
 	// node-ctl answers 400m: confirmed.
 	b.nc.State = state("400m")
-	if e := b.enforced(pool); !equalResources(e.applied, rl("400m", "1Gi")) || !e.confirmed {
+	if e := b.enforced(pool); !lock.Equal(e.applied, rl("400m", "1Gi")) || !e.confirmed {
 		t.Errorf("node-ctl applied the config: %+v, want 400m confirmed", e)
 	}
 	// Another pool's: nothing for this one.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/agentcube/sandboxpool/agent/lock"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -36,7 +36,7 @@ func (a *Agent) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 // pass is what one pass observed and decided, for the status.
 type pass struct {
 	obs     observed
-	plan    lockPlan
+	plan    lock.Step
 	desired corev1.ResourceList
 	applied corev1.ResourceList
 	nc      nodeCtlView
@@ -100,7 +100,7 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 	ps.obs = obs
 	en := a.enforced(pool)
 	ps.applied = en.applied
-	in := lockInput{Desired: ps.desired, Pieces: obs.pieces, Applied: en.applied, Reported: en.reported, Confirmed: en.confirmed,
+	in := lock.Input{Desired: ps.desired, Pieces: obs.pieces, Applied: en.applied, Reported: en.reported, Confirmed: en.confirmed,
 		Watermark: a.opts.Watermark, Preempt: a.opts.ResizePreempt, NextPiece: obs.next}
 	if ps.nc.State != nil {
 		in.AllocatedMemory = ps.nc.State.AllocatedMemoryBytes
@@ -136,7 +136,7 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 		return ps, err
 	}
 	if len(obs.broken) > 0 && plan.Add == nil && plan.Waiting == "" && !plan.NeedRoom &&
-		covers(plan.Lock, maxOf(ps.desired, ps.applied)) {
+		lock.Covers(plan.Lock, lock.MaxOf(ps.desired, ps.applied)) {
 		// Files of the pool's that do not parse: never counted in the lock; removed once
 		// the lock is whole without them.
 		log.Info("removing manifests of the pool that cannot be read", "pieces", obs.broken)
@@ -147,11 +147,11 @@ func (a *Agent) step(ctx context.Context, pool *v1alpha1.SandboxPool) (pass, err
 	return ps, nil
 }
 
-// plan runs planLock, reading the node's room when the decision needs it; broken are the
+// plan runs lock.Plan, reading the node's room when the decision needs it; broken are the
 // numbers of the pool's manifests that cannot be read, whose pods are not leaving on their
 // own.
-func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockInput, broken []int) lockPlan {
-	p := planLock(*in)
+func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lock.Input, broken []int) lock.Step {
+	p := lock.Plan(*in)
 	if !p.NeedRoom {
 		return p
 	}
@@ -166,17 +166,17 @@ func (a *Agent) plan(ctx context.Context, pool *v1alpha1.SandboxPool, in *lockIn
 		return p
 	}
 	in.Room = r
-	return planLock(*in)
+	return lock.Plan(*in)
 }
 
 // applyPieces writes and removes manifests as the plan says: the new piece first, or, for a
 // replacement on a node without room for both, the old pieces first.
-func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs observed, p lockPlan) error {
+func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs observed, p lock.Step) error {
 	log := logf.FromContext(ctx)
 	for _, pc := range obs.pieces {
 		switch {
 		case !slices.Contains(p.Remove, pc.Number):
-		case pc.State == pieceRejected:
+		case pc.State == lock.Rejected:
 			a.noteRejection(pool, pc)
 		case pc.Unrunnable:
 			a.noteUnrunnable(pool, pc)
@@ -215,7 +215,7 @@ func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs
 		}
 		manifestWrites.Inc()
 		log.Info("wrote a placeholder pod", "piece", p.Add.Number, "file", manifest.FileName(pool.Name, p.Add.Number),
-			"resources", resourcesText(p.Add.Res))
+			"resources", lock.Text(p.Add.Res))
 		return nil
 	}
 	if p.RemoveFirst && p.Add != nil {
@@ -228,22 +228,13 @@ func (a *Agent) applyPieces(ctx context.Context, pool *v1alpha1.SandboxPool, obs
 		}
 		manifestWrites.Inc()
 		log.Info("replaced placeholder pods in place (no room for both)", "pieces", p.Remove, "by", p.Add.Number,
-			"resources", resourcesText(p.Add.Res))
+			"resources", lock.Text(p.Add.Res))
 		return nil
 	}
 	if err := add(); err != nil {
 		return err
 	}
 	return remove()
-}
-
-// resourcesText prints a resource list for logs and messages: "cpu 500m, memory 256Mi".
-func resourcesText(l corev1.ResourceList) string {
-	var parts []string
-	for _, n := range resourceNames(l) {
-		parts = append(parts, string(n)+" "+quantityText(n, l[n]))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // defaulted runs the pool through the compiled CUE schema and returns it with every schema
@@ -329,7 +320,7 @@ func (a *Agent) enforced(pool *v1alpha1.SandboxPool) enforcement {
 	}
 	e.confirmed = e.reported != nil && (written == nil || maps.Equal(rep.Resources, sent.Resources))
 	if e.reported != nil || written != nil {
-		e.applied = maxOf(e.reported, written)
+		e.applied = lock.MaxOf(e.reported, written)
 	}
 	return e
 }

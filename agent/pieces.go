@@ -12,12 +12,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/agentcube/sandboxpool/agent/lock"
 	"github.com/agentcube/sandboxpool/agent/manifest"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -31,7 +30,7 @@ const kubeletComponent = "kubelet"
 
 // observed is what a pass reads about a pool's lock.
 type observed struct {
-	pieces []piece
+	pieces []lock.Piece
 	// mirrors are the pool's placeholder mirror pods by name: only mirror pods of this
 	// node's static pods in the placeholder pods' namespace (ownMirror).
 	mirrors map[string]*corev1.Pod
@@ -125,8 +124,8 @@ func (a *Agent) observe(ctx context.Context, pool *v1alpha1.SandboxPool) (observ
 
 // observePiece is what kubelet has made of the piece of the manifest f, given its mirror
 // pod (nil when the node has none of its name).
-func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f manifest.File, mirror *corev1.Pod, now time.Time) piece {
-	pc := piece{Number: f.Piece, Res: f.Resources}
+func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f manifest.File, mirror *corev1.Pod, now time.Time) lock.Piece {
+	pc := lock.Piece{Number: f.Piece, Res: f.Resources}
 	pc.Trusted = f.PoolUID == string(pool.UID) && f.Verify() == nil
 	if want, err := manifest.Render(a.pieceSpec(pool, f.Piece, f.Resources)); err == nil {
 		pc.Current = bytes.Equal(want, f.Data)
@@ -141,11 +140,11 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 	case mirror != nil:
 		switch mirror.Status.Phase {
 		case corev1.PodFailed, corev1.PodSucceeded:
-			pc.State, pc.Reason = pieceRejected, podFailure(mirror)
+			pc.State, pc.Reason = lock.Rejected, podFailure(mirror)
 		case corev1.PodRunning:
-			pc.State = pieceAdmitted
+			pc.State = lock.Admitted
 			if podReady(mirror) {
-				pc.State = pieceRunning
+				pc.State = lock.Running
 			}
 		default:
 			// A mirror pod kubelet has created again (after a deletion) has no status from
@@ -153,18 +152,18 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 			// has seen run, the shim's word that the pod still runs is what kubelet knows
 			// already. Once kubelet has written a status, it says. A new piece runs when
 			// kubelet says so.
-			pc.State = pieceAdmitted
+			pc.State = lock.Admitted
 			if runs && len(mirror.Status.Conditions) == 0 && a.ranBefore(pool.Name, f.UID) {
-				pc.State = pieceRunning
+				pc.State = lock.Running
 			}
 		}
 	case runs:
 		// kubelet runs it (the shim started it and lives) although its mirror pod is
 		// gone or being replaced: it still holds its part in kubelet, not yet in the
 		// scheduler.
-		pc.State, pc.Unseen = pieceRunning, true
+		pc.State, pc.Unseen = lock.Running, true
 	default:
-		pc.State = piecePending
+		pc.State = lock.Pending
 		// kubelet refuses a static pod as it reads its file: a pass right after the write
 		// finds no word of it either way (a request for nothing at every new piece). A
 		// piece still pending is looked at on the pass after (pendingRecheck).
@@ -172,13 +171,13 @@ func (a *Agent) observePiece(ctx context.Context, pool *v1alpha1.SandboxPool, f 
 			break
 		}
 		if reason, ok := a.kubeletEvent(ctx, name, f, admissionRejection); ok {
-			pc.State, pc.Reason = pieceRejected, reason
+			pc.State, pc.Reason = lock.Rejected, reason
 		}
 	}
-	if pc.State == pieceRunning && !pc.Unseen && f.UID != "" {
+	if pc.State == lock.Running && !pc.Unseen && f.UID != "" {
 		a.noteRan(pool.Name, f.UID)
 	}
-	if pc.Trusted && (pc.State == piecePending || pc.State == pieceAdmitted) &&
+	if pc.Trusted && (pc.State == lock.Pending || pc.State == lock.Admitted) &&
 		now.Sub(laterOf(f.ModTime, a.started)) >= a.opts.PieceStartTimeout {
 		pc.Unrunnable = true
 		pc.Reason = "kubelet has not run it within " + a.opts.PieceStartTimeout.String() + " of its manifest"
@@ -396,7 +395,7 @@ func eventTime(e *corev1.Event) time.Time {
 // roomOnNode reads the node's free room as the scheduler counts it, from the API server:
 // allocatable less the requests of every pod bound to the node that has not finished;
 // pieces are the numbers of the pool's manifests (its other pods are leaving).
-func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, pieces []int) (*room, error) {
+func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, pieces []int) (*lock.Room, error) {
 	var node corev1.Node
 	if err := a.reader.Get(ctx, types.NamespacedName{Name: a.opts.NodeName}, &node); err != nil {
 		return nil, fmt.Errorf("reading node %s: %w", a.opts.NodeName, err)
@@ -412,50 +411,5 @@ func (a *Agent) roomOnNode(ctx context.Context, pool *v1alpha1.SandboxPool, piec
 	own := func(p *corev1.Pod) bool {
 		return a.ownMirror(p) && p.Annotations[v1alpha1.AnnotationPoolName] == pool.Name
 	}
-	return roomOf(&node, pods.Items, own, names), nil
+	return lock.RoomOf(&node, pods.Items, own, names), nil
 }
-
-// roomOf computes the room from the node and its pods; own tells this pool's placeholder
-// pods, and pieces names the mirror pods of its lock's pieces (the others of its pods are
-// leaving).
-func roomOf(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, pieces map[string]bool) *room {
-	r := &room{Allocatable: node.Status.Allocatable.DeepCopy(), Free: node.Status.Allocatable.DeepCopy(),
-		Holders: map[corev1.ResourceName][]holder{}, Leaving: corev1.ResourceList{}}
-	maxPods := node.Status.Allocatable.Pods().Value()
-	count := int64(0)
-	for i := range pods {
-		p := &pods[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		count++
-		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
-		own := own(p)
-		if own && !pieces[p.Name] {
-			addTo(r.Leaving, req)
-			r.LeavingPods++
-		}
-		for name, q := range req {
-			f := r.Free[name]
-			f.Sub(q)
-			r.Free[name] = f
-			if q.Sign() > 0 {
-				r.Holders[name] = append(r.Holders[name], holder{Pod: p.Namespace + "/" + p.Name, Qty: q.DeepCopy(), Own: own})
-			}
-		}
-	}
-	r.FreePods = maxPods - count
-	for name, hs := range r.Holders {
-		slices.SortStableFunc(hs, func(x, y holder) int { return y.Qty.Cmp(x.Qty) })
-		r.Holders[name] = hs[:min(len(hs), maxHolders)]
-	}
-	for name, f := range r.Free {
-		if f.Sign() < 0 {
-			r.Free[name] = resource.Quantity{Format: f.Format}
-		}
-	}
-	return r
-}
-
-// maxHolders is how many pods a deferred growth's reason names per resource.
-const maxHolders = 3

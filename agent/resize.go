@@ -1,12 +1,11 @@
 package agent
 
 import (
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/agentcube/sandboxpool/agent/lock"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -14,38 +13,9 @@ import (
 // for a downscale to go ahead: 85 %.
 const DefaultWatermark = 0.85
 
-// readableBytes prints n for a reason a person reads: "6.87Gi", "512Mi", "900Ki". Usage is
-// rarely a round number, and a quantity would print it as raw bytes.
-func readableBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		unit string
-	}{{1 << 40, "Ti"}, {1 << 30, "Gi"}, {1 << 20, "Mi"}, {1 << 10, "Ki"}} {
-		if n >= u.size {
-			v := strconv.FormatFloat(float64(n)/float64(u.size), 'f', 2, 64)
-			return strings.TrimSuffix(strings.TrimRight(v, "0"), ".") + u.unit
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-// equalResources compares two lists by value (1000m equals 1).
-func equalResources(a, b corev1.ResourceList) bool {
-	if len(a) != len(b) || (a == nil) != (b == nil) {
-		return false
-	}
-	for name, q := range a {
-		o, ok := b[name]
-		if !ok || q.Cmp(o) != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // resizeState is the status.resize the agent reports for a plan, given the previous one. nil
 // means "no resize": the pool has never been resized since the agent first applied it.
-func resizeState(prev *v1alpha1.ResizeStatus, firstApply bool, p lockPlan, desired corev1.ResourceList) *v1alpha1.ResizeStatus {
+func resizeState(prev *v1alpha1.ResizeStatus, firstApply bool, p lock.Step, desired corev1.ResourceList) *v1alpha1.ResizeStatus {
 	cpu, mem := desired.Cpu().DeepCopy(), desired.Memory().DeepCopy()
 	switch {
 	case p.Deferred != "":
@@ -71,7 +41,7 @@ const (
 // current deferral began and what it has said of it, and kubelet's last refusal.
 type resizeNotes struct {
 	deferredSince time.Time
-	deferredKind  deferral
+	deferredKind  lock.Deferral
 	warnedLong    bool
 	rejectedAt    time.Time
 	rejections    int
@@ -84,20 +54,20 @@ type resizeNotes struct {
 }
 
 // noteRejection records that kubelet refused a piece of pool, for the backoff, and says so.
-func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc piece) {
+func (a *Agent) noteRejection(pool *v1alpha1.SandboxPool, pc lock.Piece) {
 	a.mu.Lock()
 	n := &a.poolStateLocked(pool.Name).resize
 	n.rejectedAt, n.rejections = a.opts.Clock.Now(), n.rejections+1
 	n.lastRejection = "kubelet refused placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
 	a.mu.Unlock()
 	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodRejected.String(), ActionResize,
-		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), resourcesText(pc.Res), pc.Reason)
+		"kubelet refused placeholder pod %s (%s); the pods that run keep the lock: %s", a.mirrorName(pc.Number), lock.Text(pc.Res), pc.Reason)
 }
 
 // noteUnrunnable records that kubelet did not run a piece of pool within the bound and the
 // piece is removed: the next one waits for the backoff, and the pool is reported Degraded
 // until a piece of this spec runs or the spec changes.
-func (a *Agent) noteUnrunnable(pool *v1alpha1.SandboxPool, pc piece) {
+func (a *Agent) noteUnrunnable(pool *v1alpha1.SandboxPool, pc lock.Piece) {
 	why := "kubelet cannot run placeholder pod " + a.mirrorName(pc.Number) + ": " + pc.Reason
 	a.mu.Lock()
 	n := &a.poolStateLocked(pool.Name).resize
@@ -105,7 +75,7 @@ func (a *Agent) noteUnrunnable(pool *v1alpha1.SandboxPool, pc piece) {
 	n.lastRejection, n.unrunnable, n.unrunnableGen = why, why, pool.Generation
 	a.mu.Unlock()
 	a.recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodUnrunnable.String(), ActionResize,
-		"%s (%s); removed, the pods that run keep the lock, tried again after a backoff", why, resourcesText(pc.Res))
+		"%s (%s); removed, the pods that run keep the lock, tried again after a backoff", why, lock.Text(pc.Res))
 }
 
 // unrunnable is why a piece of pool's current spec could not be run, "" when none could not
@@ -162,9 +132,9 @@ func (a *Agent) noteResize(pool *v1alpha1.SandboxPool, ps pass) {
 	}
 	if p.Synced {
 		if n.inProgress {
-			lock := resourcesText(p.Lock)
+			held := lock.Text(p.Lock)
 			events = append(events, func() {
-				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, EventReasonResizeCompleted, ActionResize, "The pool holds %s", lock)
+				a.recorder.Eventf(pool, nil, corev1.EventTypeNormal, EventReasonResizeCompleted, ActionResize, "The pool holds %s", held)
 			})
 		}
 		n.inProgress, n.rejections, n.lastRejection, n.unrunnable = false, 0, "", ""

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/agentcube/sandboxpool/agent/lock"
 	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -219,8 +220,8 @@ func overrideStatus(o *v1alpha1.Override, prev *v1alpha1.OverrideStatus, now met
 // lock, as kubelet and the scheduler count it) and the memory in use that poolInfo reports.
 // It changes only with the lock, which the ResizeInProgress message names, and with
 // poolInfo: it never causes a write of its own.
-func poolCapacity(lock corev1.ResourceList, info *v1alpha1.PoolInfo) *v1alpha1.PoolCapacity {
-	c := &v1alpha1.PoolCapacity{CPU: ptr.To(lock.Cpu().DeepCopy()), Memory: ptr.To(lock.Memory().DeepCopy())}
+func poolCapacity(held corev1.ResourceList, info *v1alpha1.PoolInfo) *v1alpha1.PoolCapacity {
+	c := &v1alpha1.PoolCapacity{CPU: ptr.To(held.Cpu().DeepCopy()), Memory: ptr.To(held.Memory().DeepCopy())}
 	if info != nil && info.AllocatedMemoryBytes != nil {
 		c.AllocatedMemory = ptr.To(v1alpha1.MebibytesUp(*info.AllocatedMemoryBytes))
 	}
@@ -233,7 +234,7 @@ func (a *Agent) shownPod(ps pass) *corev1.Pod {
 	var shown *corev1.Pod
 	for _, running := range []bool{true, false} {
 		for _, pc := range ps.obs.pieces {
-			if m := ps.obs.mirrors[a.mirrorName(pc.Number)]; m != nil && (!running || pc.State == pieceRunning) {
+			if m := ps.obs.mirrors[a.mirrorName(pc.Number)]; m != nil && (!running || pc.State == lock.Running) {
 				shown = m
 			}
 		}
@@ -313,7 +314,7 @@ func (a *Agent) conditions(pool *v1alpha1.SandboxPool, ps pass) []metav1.Conditi
 		reason = v1alpha1.ReasonResizeInProgress
 	}
 	set(v1alpha1.ConditionResizeInProgress, inProgress, reason,
-		fmt.Sprintf("the pool asks for %s; the placeholder pods hold %s", resourcesText(ps.desired), resourcesText(plan.Lock)))
+		fmt.Sprintf("the pool asks for %s; the placeholder pods hold %s", lock.Text(ps.desired), lock.Text(plan.Lock)))
 	if plan.Deferred != "" {
 		set(v1alpha1.ConditionResizeDeferred, true, plan.Deferred, plan.Reason)
 	} else {
@@ -340,27 +341,27 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 		mirror := ps.obs.mirrors[name]
 		sh, known := a.shimFor(name)
 		switch {
-		case known && sh.Started && sh.Exited && pc.State != piecePending && pc.State != pieceRejected:
+		case known && sh.Started && sh.Exited && pc.State != lock.Pending && pc.State != lock.Rejected:
 			broken = &why{v1alpha1.ReasonShimExited, fmt.Sprintf("the placeholder shim of %s (pid %d) is gone without a word", name, sh.PID)}
-		case pc.State == pieceRunning && known && !sh.Started:
+		case pc.State == lock.Running && known && !sh.Started:
 			if broken == nil || broken.reason != v1alpha1.ReasonShimExited {
 				broken = &why{v1alpha1.ReasonShimStopped, "the placeholder shim stopped " + name}
 			}
-		case pc.State == pieceRunning && pc.Unseen:
+		case pc.State == lock.Running && pc.Unseen:
 			missing = &why{v1alpha1.ReasonMirrorPodMissing, "the scheduler does not count " + name +
 				": kubelet runs it, but its mirror pod is not in the API server (kubelet creates it again on its next sync)"}
-		case pc.State == pieceRunning:
+		case pc.State == lock.Running:
 			if pc.Trusted {
-				addTo(covered, pc.Res)
+				lock.AddTo(covered, pc.Res)
 				running = append(running, name)
 			}
-		case pc.State == pieceRejected:
+		case pc.State == lock.Rejected:
 			waiting = &why{v1alpha1.ReasonPodRejected, "kubelet refused " + name + ": " + pc.Reason}
 		case pc.Unrunnable:
 			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
 				waiting = &why{v1alpha1.ReasonPodUnrunnable, name + ": " + pc.Reason}
 			}
-		case pc.State == pieceAdmitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
+		case pc.State == lock.Admitted && mirror != nil && mirror.Status.Phase == corev1.PodRunning:
 			if waiting == nil || waiting.reason != v1alpha1.ReasonPodRejected {
 				waiting = &why{v1alpha1.ReasonPodNotReady, name + " runs but is not ready" + readyMessage(mirror)}
 			}
@@ -377,8 +378,8 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 	if broken != nil {
 		return false, broken.reason, broken.msg
 	}
-	if len(running) > 0 && covers(covered, ps.applied) {
-		return true, v1alpha1.ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + resourcesText(covered)
+	if len(running) > 0 && lock.Covers(covered, ps.applied) {
+		return true, v1alpha1.ReasonPodsRunning, "placeholder pods " + strings.Join(running, ", ") + " run and hold " + lock.Text(covered)
 	}
 	if missing != nil {
 		return false, missing.reason, missing.msg
@@ -387,7 +388,7 @@ func (a *Agent) readiness(ps pass) (bool, v1alpha1.ConditionReason, string) {
 		return false, waiting.reason, waiting.msg
 	}
 	if len(running) > 0 {
-		return false, v1alpha1.ReasonPodNotRunning, "the running placeholder pods hold " + resourcesText(covered) + ", less than node-ctl runs (" + resourcesText(ps.applied) + ")"
+		return false, v1alpha1.ReasonPodNotRunning, "the running placeholder pods hold " + lock.Text(covered) + ", less than node-ctl runs (" + lock.Text(ps.applied) + ")"
 	}
 	return false, v1alpha1.ReasonPodNotRunning, "the pool has no placeholder pod yet"
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/agentcube/sandboxpool/agent/lock"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
 
@@ -52,10 +53,10 @@ func TestOverrideStatus(t *testing.T) {
 // TestPoolCapacity: status.capacity shows the lock (what kubelet admitted, summed over the
 // pieces) and the memory in use rounded up to a mebibyte; no node-ctl report, no usage.
 func TestPoolCapacity(t *testing.T) {
-	lock := corev1.ResourceList{}
-	addTo(lock, rl("500m", "128Mi"))
-	addTo(lock, rl("200m", "64Mi"))
-	c := poolCapacity(lock, &v1alpha1.PoolInfo{AllocatableMemoryBytes: ptr.To[int64](192 << 20), AllocatedMemoryBytes: ptr.To[int64](13_000_000)})
+	held := corev1.ResourceList{}
+	lock.AddTo(held, rl("500m", "128Mi"))
+	lock.AddTo(held, rl("200m", "64Mi"))
+	c := poolCapacity(held, &v1alpha1.PoolInfo{AllocatableMemoryBytes: ptr.To[int64](192 << 20), AllocatedMemoryBytes: ptr.To[int64](13_000_000)})
 	if got := [3]string{c.CPU.String(), c.Memory.String(), c.AllocatedMemory.String()}; got != [3]string{"700m", "192Mi", "13Mi"} {
 		t.Errorf("capacity = %v, want 700m 192Mi 13Mi", got)
 	}

@@ -1,15 +1,11 @@
-package agent
+package lock
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	quota "k8s.io/apiserver/pkg/quota/v1"
 
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
 )
@@ -23,38 +19,38 @@ import (
 // for both, and otherwise removes the old ones just before it adds the new one.
 
 // pieceState is what kubelet has made of a piece.
-type pieceState int
+type State int
 
 const (
 	// piecePending: the file is written; kubelet has neither admitted nor rejected it yet
 	// (no mirror pod of this content, no rejection event).
-	piecePending pieceState = iota
+	Pending State = iota
 	// pieceAdmitted: kubelet admitted it: its mirror pod exists, the sandbox is not running
 	// yet. kubelet and the scheduler both count it.
-	pieceAdmitted
+	Admitted
 	// pieceRunning: its mirror pod is Running.
-	pieceRunning
+	Running
 	// pieceRejected: kubelet refused it (an admission rejection event, or a Failed mirror
 	// pod). It holds nothing.
-	pieceRejected
+	Rejected
 )
 
-func (s pieceState) String() string {
+func (s State) String() string {
 	switch s {
-	case piecePending:
+	case Pending:
 		return "pending"
-	case pieceAdmitted:
+	case Admitted:
 		return "admitted"
-	case pieceRunning:
+	case Running:
 		return "running"
-	case pieceRejected:
+	case Rejected:
 		return "rejected"
 	}
 	return "unknown(" + strconv.Itoa(int(s)) + ")"
 }
 
 // piece is one placeholder pod of the pool as the agent observes it.
-type piece struct {
+type Piece struct {
 	// Number is the piece's number: its file and pod name.
 	Number int
 	// Res is the requests in its file: what kubelet admits for it.
@@ -65,7 +61,7 @@ type piece struct {
 	// Current: the file is exactly what the agent would render now for this number and
 	// these resources (the pool's template); a piece that is not current is replaced.
 	Current bool
-	State   pieceState
+	State   State
 	// Unseen: kubelet runs the piece (its shim started it and lives) but its mirror pod is
 	// not in the API (the API server was unreachable, or kubelet is recreating it), so the
 	// scheduler does not count it yet. It holds its part in kubelet; node-ctl does not grow
@@ -83,16 +79,16 @@ type piece struct {
 
 // holds reports whether the piece counts in the lock: kubelet admitted a file the agent
 // wrote for this pool.
-func (p piece) holds() bool {
-	return p.Trusted && (p.State == pieceAdmitted || p.State == pieceRunning)
+func (p Piece) Holds() bool {
+	return p.Trusted && (p.State == Admitted || p.State == Running)
 }
 
 // lockInput is what the lock decision reads.
-type lockInput struct {
+type Input struct {
 	// Desired is the effective policy: the override when enabled, else the class snapshot.
 	Desired corev1.ResourceList
 	// Pieces are the pool's pieces on disk, with what kubelet made of them.
-	Pieces []piece
+	Pieces []Piece
 	// Applied is the most node-ctl may be running for the pool (what it last reported, or
 	// the config last written for it if more); nil when it runs nothing for it.
 	Applied corev1.ResourceList
@@ -104,7 +100,7 @@ type lockInput struct {
 	Watermark float64
 	// Room is the node's free room as the scheduler counts it; nil while not read (the plan
 	// then asks for it with NeedRoom).
-	Room *room
+	Room *Room
 	// Preempt lets a growth go to kubelet without the room check: kubelet then preempts pods
 	// that are not critical to make room (static pods are critical to it).
 	Preempt bool
@@ -125,30 +121,30 @@ type lockInput struct {
 }
 
 // newPiece is a piece the plan writes.
-type newPiece struct {
+type NewPiece struct {
 	Number int
 	Res    corev1.ResourceList
 }
 
 // deferral says why a resize waits: the reason of ResizeDeferred=True.
-type deferral = v1alpha1.ConditionReason
+type Deferral = v1alpha1.ConditionReason
 
 const (
 	// deferRoom: the node has not the room for a growth, as the scheduler counts it.
-	deferRoom = v1alpha1.ReasonInsufficientRoom
+	DeferRoom = v1alpha1.ReasonInsufficientRoom
 	// deferKubelet: kubelet refused the growth's piece.
-	deferKubelet = v1alpha1.ReasonRejectedByKubelet
+	DeferKubelet = v1alpha1.ReasonRejectedByKubelet
 	// deferUsage: a memory downscale waits while the sandboxes use too much of the new size.
-	deferUsage = v1alpha1.ReasonUsageAboveWatermark
+	DeferUsage = v1alpha1.ReasonUsageAboveWatermark
 )
 
 // lockPlan is one step. At most one kind of change to the pieces per pass: the next pass
 // reads what kubelet made of it.
-type lockPlan struct {
+type Step struct {
 	// Add is a piece to write; Remove are pieces to delete. RemoveFirst orders the two:
 	// false, the new piece first (or only one of them); true, the old pieces are removed
 	// just before the new one is written (a replacement on a node without room for both).
-	Add         *newPiece
+	Add         *NewPiece
 	Remove      []int
 	RemoveFirst bool
 	// NodeCtl is what node-ctl must apply now; nil: leave node-ctl alone.
@@ -160,7 +156,7 @@ type lockPlan struct {
 	// Synced: node-ctl and the lock both hold exactly Desired, every piece current.
 	Synced bool
 	// Deferred says why a resize waits ("" when it does not); Reason says it for a person.
-	Deferred deferral
+	Deferred Deferral
 	Reason   string
 	// Waiting says what the plan waits for when a piece is not admitted yet.
 	Waiting string
@@ -179,11 +175,11 @@ type lockPlan struct {
 //   - a growth beyond what node-ctl runs waits, unless Preempt, until the scheduler's view
 //     of the node has room for it, so kubelet never preempts another pod for it; restoring
 //     a lock below what node-ctl runs, or the first lock of a pool, does not wait.
-func planLock(in lockInput) lockPlan {
+func Plan(in Input) Step {
 	t := tallyPieces(in.Pieces)
-	p := lockPlan{Lock: t.lock, Remove: t.rejectedNumbers()}
+	p := Step{Lock: t.lock, Remove: t.rejectedNumbers()}
 	// What the lock must hold: the desired size, and never less than what node-ctl runs.
-	want := maxOf(in.Desired, in.Applied)
+	want := MaxOf(in.Desired, in.Applied)
 	// node-ctl grows only up to the pieces that run and that the scheduler counts: kubelet
 	// and the scheduler count an admitted piece already, the pool's readiness only once it
 	// runs, and the scheduler only once its mirror pod is in the API.
@@ -208,31 +204,31 @@ type pieceTally struct {
 	// scheduler counts hold.
 	lock, running corev1.ResourceList
 	// rejected and unrunnable are the pieces kubelet refused and those it does not run.
-	rejected, unrunnable []piece
+	rejected, unrunnable []Piece
 	// pending counts the pieces kubelet has neither admitted nor refused.
 	pending int
 	// live are the pieces but the rejected ones.
-	live []piece
+	live []Piece
 }
 
-func tallyPieces(pieces []piece) pieceTally {
+func tallyPieces(pieces []Piece) pieceTally {
 	t := pieceTally{lock: corev1.ResourceList{}, running: corev1.ResourceList{}}
 	for _, pc := range pieces {
 		switch {
-		case pc.State == pieceRejected:
+		case pc.State == Rejected:
 			t.rejected = append(t.rejected, pc)
 		case pc.Unrunnable:
 			t.unrunnable = append(t.unrunnable, pc)
-		case pc.State == piecePending:
+		case pc.State == Pending:
 			t.pending++
 		}
-		if pc.State != pieceRejected {
+		if pc.State != Rejected {
 			t.live = append(t.live, pc)
 		}
-		if pc.holds() {
-			addTo(t.lock, pc.Res)
-			if pc.State == pieceRunning && !pc.Unseen {
-				addTo(t.running, pc.Res)
+		if pc.Holds() {
+			AddTo(t.lock, pc.Res)
+			if pc.State == Running && !pc.Unseen {
+				AddTo(t.running, pc.Res)
 			}
 		}
 	}
@@ -249,11 +245,11 @@ func (t pieceTally) rejectedNumbers() []int {
 
 // dropRejected: a rejected piece holds nothing. It is removed (the plan's Remove already
 // names it), kubelet's word is reported, and the growth is asked again after the backoff.
-func (p *lockPlan) dropRejected(t pieceTally) bool {
+func (p *Step) dropRejected(t pieceTally) bool {
 	if len(t.rejected) == 0 {
 		return false
 	}
-	p.Deferred, p.Reason = deferKubelet, "kubelet refused placeholder pod "+strconv.Itoa(t.rejected[0].Number)+": "+t.rejected[0].Reason
+	p.Deferred, p.Reason = DeferKubelet, "kubelet refused placeholder pod "+strconv.Itoa(t.rejected[0].Number)+": "+t.rejected[0].Reason
 	return true
 }
 
@@ -262,7 +258,7 @@ func (p *lockPlan) dropRejected(t pieceTally) bool {
 // kubelet and the scheduler may count an admitted one, but node-ctl never grew into it. One
 // the lock cannot do without (the whole lock, after a replacement in place) stays until a
 // piece that runs replaces it.
-func (p *lockPlan) dropUnrunnable(in lockInput, t pieceTally) bool {
+func (p *Step) dropUnrunnable(in Input, t pieceTally) bool {
 	p.Unrunnable = in.Unrunnable
 	if len(t.unrunnable) == 0 {
 		return false
@@ -271,10 +267,10 @@ func (p *lockPlan) dropUnrunnable(in lockInput, t pieceTally) bool {
 	left := t.lock.DeepCopy()
 	for _, pc := range t.unrunnable {
 		rest := left
-		if pc.holds() {
-			rest = subtract(left, pc.Res)
+		if pc.Holds() {
+			rest = Subtract(left, pc.Res)
 		}
-		if covers(rest, in.Applied) {
+		if Covers(rest, in.Applied) {
 			p.Remove, left = append(p.Remove, pc.Number), rest
 		}
 	}
@@ -283,43 +279,43 @@ func (p *lockPlan) dropUnrunnable(in lockInput, t pieceTally) bool {
 
 // grow adds a piece for what the lock lacks of want, after the room check when the growth
 // goes beyond restoring what node-ctl runs. It reports whether the lock lacks anything.
-func (p *lockPlan) grow(in lockInput, want, lock corev1.ResourceList) bool {
-	grow := positivePart(subtract(want, lock))
+func (p *Step) grow(in Input, want, lock corev1.ResourceList) bool {
+	grow := PositivePart(Subtract(want, lock))
 	if len(grow) == 0 {
 		return false
 	}
-	restore := positivePart(subtract(in.Applied, lock))
-	checked := !in.Preempt && len(lock) > 0 && len(positivePart(subtract(grow, restore))) > 0
+	restore := PositivePart(Subtract(in.Applied, lock))
+	checked := !in.Preempt && len(lock) > 0 && len(PositivePart(Subtract(grow, restore))) > 0
 	if checked {
 		if in.Room == nil {
 			p.NeedRoom = true
 			return true
 		}
-		if !in.Room.fits(grow) {
+		if !in.Room.Fits(grow) {
 			if len(restore) > 0 {
-				p.Add = &newPiece{Number: in.NextPiece, Res: restore}
+				p.Add = &NewPiece{Number: in.NextPiece, Res: restore}
 				return true
 			}
-			p.Deferred, p.Reason = deferRoom, in.Room.shortfall(grow, want, lock)
+			p.Deferred, p.Reason = DeferRoom, in.Room.Shortfall(grow, want, lock)
 			return true
 		}
 	}
 	if in.Backoff {
 		if in.Unrunnable == "" {
-			p.Deferred, p.Reason = deferKubelet, in.LastRejection
+			p.Deferred, p.Reason = DeferKubelet, in.LastRejection
 		}
 		return true
 	}
-	p.Add = &newPiece{Number: in.NextPiece, Res: grow}
+	p.Add = &NewPiece{Number: in.NextPiece, Res: grow}
 	return true
 }
 
 // waitForPieces: the lock holds enough, and what it holds too much of, what is not current
 // and extra pieces go only once every piece runs and the scheduler counts it (a piece goes
 // only after its replacement runs, so the pool stays ready).
-func (p *lockPlan) waitForPieces(in lockInput) bool {
+func (p *Step) waitForPieces(in Input) bool {
 	for _, pc := range in.Pieces {
-		if pc.State == pieceAdmitted && !pc.Unrunnable {
+		if pc.State == Admitted && !pc.Unrunnable {
 			p.Waiting = "waiting for placeholder pod " + strconv.Itoa(pc.Number) + " to run"
 			return true
 		}
@@ -334,9 +330,9 @@ func (p *lockPlan) waitForPieces(in lockInput) bool {
 // replace brings a lock that holds enough to one current piece of want: it keeps a single
 // current piece, removes what the others can do without, or adds the one piece that
 // replaces them all (before they go when the node has room, in the same instant otherwise).
-func (p *lockPlan) replace(in lockInput, want corev1.ResourceList, t pieceTally) {
-	stale := slices.ContainsFunc(t.live, func(pc piece) bool { return !pc.Current || !pc.Trusted })
-	surplus := !equalResources(t.lock, want)
+func (p *Step) replace(in Input, want corev1.ResourceList, t pieceTally) {
+	stale := slices.ContainsFunc(t.live, func(pc Piece) bool { return !pc.Current || !pc.Trusted })
+	surplus := !Equal(t.lock, want)
 	if !stale && !surplus && len(t.live) <= 1 {
 		p.Synced = p.synced(in, t.lock) && len(t.unrunnable) == 0
 		return
@@ -353,21 +349,21 @@ func (p *lockPlan) replace(in lockInput, want corev1.ResourceList, t pieceTally)
 		return // the last piece of this spec could not be run: the next one waits for the backoff
 	}
 	if !surplus && !stale {
-		if in.Room.fits(want) {
-			p.Add = &newPiece{Number: in.NextPiece, Res: want}
+		if in.Room.Fits(want) {
+			p.Add = &NewPiece{Number: in.NextPiece, Res: want}
 		}
 		// A fold waits for room: several current pieces of the right sum hold the lock.
 		p.Synced = p.Add == nil && p.synced(in, t.lock) && len(t.unrunnable) == 0
 		return
 	}
-	if !in.Room.fits(want) && in.Room.fitsOnceGone(want) {
+	if !in.Room.Fits(want) && in.Room.FitsOnceGone(want) {
 		// Pieces removed a moment ago still count until kubelet has deleted their mirror
 		// pods; without them the node has room to replace the lock without a gap.
 		p.Waiting = "waiting for removed placeholder pods to leave the node: then the lock is replaced without a gap"
 		return
 	}
-	p.Add = &newPiece{Number: in.NextPiece, Res: want}
-	if !in.Room.fits(want) {
+	p.Add = &NewPiece{Number: in.NextPiece, Res: want}
+	if !in.Room.Fits(want) {
 		for _, pc := range t.live {
 			p.Remove = append(p.Remove, pc.Number)
 		}
@@ -377,9 +373,9 @@ func (p *lockPlan) replace(in lockInput, want corev1.ResourceList, t pieceTally)
 
 // keepExact: a running, current piece that holds exactly what the lock must stays, and the
 // others go.
-func (p *lockPlan) keepExact(want corev1.ResourceList, live []piece) bool {
+func (p *Step) keepExact(want corev1.ResourceList, live []Piece) bool {
 	for _, pc := range live {
-		if pc.State == pieceRunning && pc.Current && pc.Trusted && equalResources(pc.Res, want) {
+		if pc.State == Running && pc.Current && pc.Trusted && Equal(pc.Res, want) {
 			for _, o := range live {
 				if o.Number != pc.Number {
 					p.Remove = append(p.Remove, o.Number)
@@ -393,21 +389,21 @@ func (p *lockPlan) keepExact(want corev1.ResourceList, live []piece) bool {
 
 // removeSpare removes the pieces the others can do without, those that are not current
 // first, and pieces that hold nothing and are not current.
-func (p *lockPlan) removeSpare(want corev1.ResourceList, t pieceTally) bool {
+func (p *Step) removeSpare(want corev1.ResourceList, t pieceTally) bool {
 	order := slices.Clone(t.live)
-	slices.SortStableFunc(order, func(a, b piece) int {
+	slices.SortStableFunc(order, func(a, b Piece) int {
 		return boolInt(a.Current && a.Trusted) - boolInt(b.Current && b.Trusted)
 	})
 	left := t.lock.DeepCopy()
 	for _, pc := range order {
-		if !pc.holds() {
+		if !pc.Holds() {
 			if !pc.Trusted || !pc.Current {
 				p.Remove = append(p.Remove, pc.Number)
 			}
 			continue
 		}
-		rest := subtract(left, pc.Res)
-		if covers(rest, want) {
+		rest := Subtract(left, pc.Res)
+		if Covers(rest, want) {
 			p.Remove = append(p.Remove, pc.Number)
 			left = rest
 		}
@@ -417,17 +413,17 @@ func (p *lockPlan) removeSpare(want corev1.ResourceList, t pieceTally) bool {
 
 // synced reports whether, with the pieces as they are, node-ctl and the lock hold exactly
 // the pool's resources and node-ctl has confirmed it.
-func (p *lockPlan) synced(in lockInput, lock corev1.ResourceList) bool {
-	return p.NodeCtl == nil && in.Confirmed && equalResources(in.Applied, in.Desired) && equalResources(lock, in.Desired) && p.Deferred == ""
+func (p *Step) synced(in Input, lock corev1.ResourceList) bool {
+	return p.NodeCtl == nil && in.Confirmed && Equal(in.Applied, in.Desired) && Equal(lock, in.Desired) && p.Deferred == ""
 }
 
 // planNodeCtl is node-ctl's part of the step: grow up to what the running pieces hold,
 // shrink first (a memory shrink only while usage allows it).
-func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, deferral, string) {
+func planNodeCtl(in Input, lock corev1.ResourceList) (corev1.ResourceList, Deferral, string) {
 	target := corev1.ResourceList{}
-	var deferred deferral
+	var deferred Deferral
 	var reason string
-	for _, name := range resourceNames(in.Desired, in.Applied) {
+	for _, name := range Names(in.Desired, in.Applied) {
 		d, desired := in.Desired[name]
 		a, applied := in.Applied[name]
 		l := lock[name]
@@ -436,7 +432,7 @@ func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, d
 			// No longer part of the pool: node-ctl drops it.
 		case !applied || d.Cmp(a) > 0:
 			// Grow (or first apply): only up to what the lock holds, never below what runs.
-			t := minQuantity(d, l)
+			t := MinQuantity(d, l)
 			if applied && t.Cmp(a) < 0 {
 				t = a
 			}
@@ -447,9 +443,9 @@ func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, d
 			limit := int64(float64(d.Value()) * in.Watermark)
 			if in.AllocatedMemory > limit {
 				target[name] = a.DeepCopy()
-				deferred = deferUsage
+				deferred = DeferUsage
 				reason = fmt.Sprintf("memory in use %s is above %.0f%% of the new size %s (%s)",
-					readableBytes(in.AllocatedMemory), in.Watermark*100, d.String(), readableBytes(limit))
+					ReadableBytes(in.AllocatedMemory), in.Watermark*100, d.String(), ReadableBytes(limit))
 				continue
 			}
 			target[name] = d.DeepCopy()
@@ -461,151 +457,9 @@ func planNodeCtl(in lockInput, lock corev1.ResourceList) (corev1.ResourceList, d
 		// node-ctl starts with the pool's cpu and memory locked, not before.
 		return nil, deferred, reason
 	}
-	if equalResources(target, in.Reported) && in.Confirmed {
+	if Equal(target, in.Reported) && in.Confirmed {
 		return nil, deferred, reason
 	}
 	// Also when node-ctl has not confirmed the config last written: it is written again.
 	return target, deferred, reason
-}
-
-// room is the node's free room as the scheduler counts it: allocatable less the requests of
-// every pod bound to the node that is not finished. Holders says what takes it.
-type room struct {
-	Allocatable corev1.ResourceList
-	Free        corev1.ResourceList
-	// FreePods is how many more pods the node takes.
-	FreePods int64
-	// Holders are the pods holding the most of each resource, largest first.
-	Holders map[corev1.ResourceName][]holder
-	// Leaving is what the pool's own pods hold that are no longer pieces of its lock (their
-	// manifests are removed): kubelet stops them and deletes their mirror pods, and the
-	// room is free once they are gone.
-	Leaving corev1.ResourceList
-	// LeavingPods counts those pods.
-	LeavingPods int64
-}
-
-type holder struct {
-	Pod string
-	Qty resource.Quantity
-	// Own: one of this pool's placeholder pods.
-	Own bool
-}
-
-// fitsOnceGone reports whether a pod requesting res fits the room the pool's leaving pods
-// free when they are gone.
-func (r *room) fitsOnceGone(res corev1.ResourceList) bool {
-	if r.LeavingPods == 0 {
-		return false
-	}
-	after := &room{Free: r.Free.DeepCopy(), FreePods: r.FreePods + r.LeavingPods}
-	addTo(after.Free, r.Leaving)
-	return after.fits(res)
-}
-
-// fits reports whether a pod requesting res fits the free room.
-func (r *room) fits(res corev1.ResourceList) bool {
-	if r.FreePods < 1 {
-		return false
-	}
-	for name, q := range res {
-		f := r.Free[name]
-		if q.Cmp(f) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// shortfall says, for a person, why a growth does not fit: what the pool asks, what it
-// holds, what is free and what holds the rest.
-func (r *room) shortfall(grow, want, lock corev1.ResourceList) string {
-	if r.FreePods < 1 {
-		return "growth deferred: the node runs as many pods as it may (allocatable pods)"
-	}
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(grow)) {
-		q := grow[name]
-		f := r.Free[name]
-		if q.Cmp(f) <= 0 {
-			continue
-		}
-		a, w := r.Allocatable[name], want[name]
-		s := fmt.Sprintf("%s: asked %s, the pool holds %s, the node has %s free of %s allocatable",
-			name, quantityText(name, w), quantityText(name, lock[name]), quantityText(name, f), quantityText(name, a))
-		if w.Cmp(a) > 0 {
-			s += " (more than the node has at all)"
-		}
-		if hs := r.Holders[name]; len(hs) > 0 {
-			var held []string
-			for _, h := range hs {
-				t := h.Pod + " " + quantityText(name, h.Qty)
-				if h.Own {
-					t += " (this pool)"
-				}
-				held = append(held, t)
-			}
-			s += "; held by " + strings.Join(held, ", ")
-		}
-		parts = append(parts, s)
-	}
-	return "growth deferred until the node has room: " + strings.Join(parts, "; ")
-}
-
-// quantityText prints a quantity a person reads: memory-like resources in binary units.
-func quantityText(name corev1.ResourceName, q resource.Quantity) string {
-	if name == corev1.ResourceCPU {
-		return q.String()
-	}
-	if name == corev1.ResourceMemory || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) {
-		return readableBytes(q.Value())
-	}
-	return q.String()
-}
-
-// resourceNames is the sorted union of the lists' names.
-func resourceNames(lists ...corev1.ResourceList) []corev1.ResourceName {
-	set := map[corev1.ResourceName]bool{}
-	for _, l := range lists {
-		for n := range l {
-			set[n] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(set))
-}
-
-// The arithmetic of resource lists is the API server's quota package's (k8s.io/apiserver's
-// quota/v1): these name what the lock plan asks of it.
-
-// addTo adds b to a, name by name.
-func addTo(a, b corev1.ResourceList) { maps.Copy(a, quota.Add(a, b)) }
-
-// subtract is a − b, name by name, over both lists' names (negative where b is larger).
-func subtract(a, b corev1.ResourceList) corev1.ResourceList { return quota.Subtract(a, b) }
-
-// positivePart keeps the names whose quantity is above zero.
-func positivePart(l corev1.ResourceList) corev1.ResourceList {
-	return quota.RemoveZeros(quota.SubtractWithNonNegativeResult(l, nil))
-}
-
-// maxOf is the larger of a and b, name by name, without the names that are zero in both.
-func maxOf(a, b corev1.ResourceList) corev1.ResourceList {
-	return positivePart(quota.Max(a, b))
-}
-
-// covers reports whether a holds at least b, name by name (a name a lacks holds zero).
-func covers(a, b corev1.ResourceList) bool { return len(quota.IsNegative(quota.Subtract(a, b))) == 0 }
-
-func minQuantity(a, b resource.Quantity) resource.Quantity {
-	if b.Cmp(a) < 0 {
-		return b
-	}
-	return a
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
