@@ -242,8 +242,6 @@ func scalar(f *facts) (*apiextv1.JSONSchemaProps, error) {
 			p.Format, f.minimum, f.maximum = "int64", nil, nil
 		} else if f.maximum != nil && *f.maximum == math.MaxInt64 {
 			p.Format, f.maximum = "int64", nil
-		} else if f.maximum != nil && *f.maximum == math.MaxInt32 && f.minimum != nil && *f.minimum >= math.MinInt32 {
-			p.Format, f.maximum = "int32", nil // int32 & >=0: the format says the upper bound
 		}
 	}
 	p.Minimum, p.ExclusiveMinimum = f.minimum, f.exclMin

@@ -129,16 +129,19 @@ type SandboxPoolClassStatus struct {
 	// totalSandboxPools is the number of pools this class owns.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	TotalSandboxPools *int32 `json:"totalSandboxPools,omitempty"`
 
 	// readySandboxPools is the number of this class's pools in phase Ready.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	ReadySandboxPools *int32 `json:"readySandboxPools,omitempty"`
 
 	// notReadySandboxPools is the number of this class's pools not in phase Ready.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	NotReadySandboxPools *int32 `json:"notReadySandboxPools,omitempty"`
 }
 
@@ -198,6 +201,7 @@ type ZoneCapacity struct {
 	// it).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
 	Pools int32 `json:"pools,omitempty"`
 
 	CapacityFigures `json:",inline"`
