@@ -29,10 +29,13 @@ CUE            := $(CLI_TOOLS)/cue
 # golangci-lint, in its own tools module (hack/lint): its dependencies stay out of the others'.
 GOLANGCI_LINT_VERSION := $(shell awk '$$1=="github.com/golangci/golangci-lint/v2"{print $$2}' hack/lint/go.mod)
 GOLANGCI_LINT  := $(TOOLS_DIR)/lint-golangci$(GOLANGCI_LINT_VERSION:v%=%)/golangci-lint
-# kube-api-linter in its standalone form (hack/kal), in its own tools module: make lint runs
-# it on the API types.
+# kube-api-linter's analyzers in our small driver (hack/kal), in its own tools module: make
+# lint runs them on the API types with hack/kal/kal.yaml (the linters, their settings and the
+# exceptions). The driver's own sources are part of the directory's name (a hash), so a
+# change to the driver builds beside the old one.
 KAL_VERSION     := $(shell awk '$$1=="sigs.k8s.io/kube-api-linter"{print $$2}' hack/kal/go.mod)
-KUBE_API_LINTER := $(TOOLS_DIR)/kal-$(KAL_VERSION:v%=%)/kube-api-linter
+KAL_DRIVER      := $(shell cat hack/kal/*.go | sha256sum | cut -c1-8)
+KUBE_API_LINTER := $(TOOLS_DIR)/kal-$(KAL_VERSION:v%=%)-$(KAL_DRIVER)/kube-api-linter
 DEEPCOPY_GEN   := $(CLI_TOOLS)/deepcopy-gen
 OPA            := $(CLI_TOOLS)/opa
 
@@ -110,9 +113,9 @@ verify: generate lint ## Regenerate and fail on any drift; check formatting, vet
 	if [ "$$lib" != "$$bin" ]; then echo "containerd: tools $$bin (hack/containerd/go.mod) and shim library $$lib (go.mod) differ"; exit 1; fi
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) $(KUBE_API_LINTER) ## Run the pinned golangci-lint with .golangci.yml, and kube-api-linter on the API types (part of make verify).
+lint: $(GOLANGCI_LINT) $(KUBE_API_LINTER) ## Run the pinned golangci-lint with .golangci.yml, and kube-api-linter on the API types with hack/kal/kal.yaml (part of make verify).
 	$(GOLANGCI_LINT) run --allow-serial-runners ./...
-	$(KUBE_API_LINTER) ./schema/v1alpha1
+	$(KUBE_API_LINTER) -config hack/kal/kal.yaml ./schema/v1alpha1
 
 .PHONY: cue-vet
 cue-vet: $(CUE) ## Vet every example with the pinned cue CLI, as users do.
@@ -373,7 +376,7 @@ $(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
 	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	@touch $@
 
-$(KUBE_API_LINTER): hack/kal/go.mod hack/kal/go.sum hack/kal/main.go
+$(KUBE_API_LINTER): hack/kal/go.mod hack/kal/go.sum $(wildcard hack/kal/*.go)
 	@echo ">> building kube-api-linter $(KAL_VERSION)"
 	cd hack/kal && $(GO) build -trimpath -o $@ .
 	@touch $@

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -280,7 +281,7 @@ type defaultedPool struct {
 
 // effectiveResources is the override's policy when enabled, else the class snapshot.
 func effectiveResources(pool *v1alpha1.SandboxPool) corev1.ResourceList {
-	if o := pool.Spec.Override; o != nil && o.Enabled && o.ResourcePolicy != nil {
+	if o := pool.Spec.Override; o != nil && ptr.Deref(o.Enabled, false) && len(o.ResourcePolicy.Resources) > 0 {
 		return o.ResourcePolicy.Resources.DeepCopy()
 	}
 	return pool.Spec.ResourcePolicy.Resources.DeepCopy()

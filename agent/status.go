@@ -52,7 +52,7 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 
 	st := v1alpha1.SandboxPoolStatus{}
 	if pod := a.shownPod(ps); pod != nil {
-		st.PlaceholderPod = &v1alpha1.PlaceholderPodStatus{Name: pod.Name, UID: string(pod.UID), Phase: string(pod.Status.Phase)}
+		st.PlaceholderPod = &v1alpha1.PlaceholderPodStatus{Name: pod.Name, UID: string(pod.UID), Phase: pod.Status.Phase}
 		if a.opts.NetnsEnabled {
 			st.PlaceholderPod.IP = pod.Status.PodIP
 		}
@@ -62,13 +62,17 @@ func (a *Agent) report(ctx context.Context, pool *v1alpha1.SandboxPool, ps pass)
 		st.PlaceholderAgent.NodeCtlStartAt = &metav1.Time{Time: nc.State.StartedAt.UTC().Truncate(1e9)}
 	}
 	st.Override = overrideStatus(pool.Spec.Override, pool.Status.Override, now)
-	st.Resize = resizeState(pool.Status.Resize, ps.applied == nil, ps.plan, ps.desired)
-	if st.Resize != nil && st.Resize.Status != v1alpha1.ResizeCompleted && pool.Status.Resize != nil &&
-		pool.Status.Resize.Status == st.Resize.Status && pool.Status.Resize.LastProbeTime != nil {
-		st.Resize.LastProbeTime = pool.Status.Resize.LastProbeTime
-	} else if st.Resize != nil && st.Resize != pool.Status.Resize {
-		st.Resize = st.Resize.DeepCopy()
-		st.Resize.LastProbeTime = &now
+	shown := shownResize(pool.Status)
+	resize := resizeState(shown, ps.applied == nil, ps.plan, ps.desired)
+	if resize != nil && resize.Status != v1alpha1.ResizeCompleted && shown != nil &&
+		shown.Status == resize.Status && shown.LastProbeTime != nil {
+		resize.LastProbeTime = shown.LastProbeTime
+	} else if resize != nil && resize != shown {
+		resize = resize.DeepCopy()
+		resize.LastProbeTime = &now
+	}
+	if resize != nil {
+		st.Resize = *resize
 	}
 	st.NodeCtl = &v1alpha1.NodeCtlStatus{Connected: ptr.To(nc.Healthy)}
 	if nc.DownSince != nil {
@@ -161,6 +165,14 @@ func onItsWay(pool *v1alpha1.SandboxPool, prev reportedStatus, st *v1alpha1.Sand
 	return true
 }
 
+// shownResize is the status.resize of s, nil when it has none (no resize).
+func shownResize(s v1alpha1.SandboxPoolStatus) *v1alpha1.ResizeStatus {
+	if s.Resize.Status == "" {
+		return nil
+	}
+	return &s.Resize
+}
+
 // midResize reports whether shown (a status written before) and st both say that the same
 // resize moves without a fault: ResizeInProgress, to the same requested resources, the
 // placeholder pods ready, node-ctl answering, nothing deferred, ResourceSynced False only
@@ -169,7 +181,7 @@ func onItsWay(pool *v1alpha1.SandboxPool, prev reportedStatus, st *v1alpha1.Sand
 // running, folded: a write each, which the phase never shows).
 func midResize(shown, st *v1alpha1.SandboxPoolStatus) bool {
 	moving := func(s *v1alpha1.SandboxPoolStatus) bool {
-		if s == nil || s.Resize == nil || s.Resize.Status != v1alpha1.ResizeInProgress {
+		if s == nil || s.Resize.Status != v1alpha1.ResizeInProgress {
 			return false
 		}
 		want := map[v1alpha1.ConditionType]metav1.ConditionStatus{
@@ -204,8 +216,9 @@ func overrideStatus(o *v1alpha1.Override, prev *v1alpha1.OverrideStatus, now met
 	if o == nil {
 		return nil
 	}
-	st := &v1alpha1.OverrideStatus{Enabled: ptr.To(o.Enabled), Reason: o.Reason, Source: v1alpha1.OverrideSourceClass}
-	if o.Enabled {
+	enabled := ptr.Deref(o.Enabled, false)
+	st := &v1alpha1.OverrideStatus{Enabled: ptr.To(enabled), Reason: o.Reason, Source: v1alpha1.OverrideSourceClass}
+	if enabled {
 		st.Source = v1alpha1.OverrideSourceOverride
 		at := now
 		if prev != nil && prev.Enabled != nil && *prev.Enabled && prev.OverriddenAt != nil {

@@ -17,8 +17,8 @@ import (
 func TestOverrideStatus(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	earlier := metav1.NewTime(now.Add(-time.Hour))
-	enabled := &v1alpha1.Override{Enabled: true, Reason: "OPS-1"}
-	disabled := &v1alpha1.Override{Enabled: false, Reason: "OPS-1"}
+	enabled := &v1alpha1.Override{Enabled: ptr.To(true), Reason: "OPS-1"}
+	disabled := &v1alpha1.Override{Enabled: ptr.To(false), Reason: "OPS-1"}
 	for _, tc := range []struct {
 		name   string
 		spec   *v1alpha1.Override
@@ -40,8 +40,8 @@ func TestOverrideStatus(t *testing.T) {
 				}
 				return
 			}
-			if got.Source != tc.source || *got.Enabled != tc.spec.Enabled || got.Reason != tc.spec.Reason {
-				t.Errorf("status.override = source %q enabled %v reason %q, want %q %v %q", got.Source, *got.Enabled, got.Reason, tc.source, tc.spec.Enabled, tc.spec.Reason)
+			if got.Source != tc.source || *got.Enabled != *tc.spec.Enabled || got.Reason != tc.spec.Reason {
+				t.Errorf("status.override = source %q enabled %v reason %q, want %q %v %q", got.Source, *got.Enabled, got.Reason, tc.source, *tc.spec.Enabled, tc.spec.Reason)
 			}
 			if (got.OverriddenAt == nil) != (tc.at == nil) || (tc.at != nil && !got.OverriddenAt.Equal(tc.at)) {
 				t.Errorf("overriddenAt = %v, want %v", got.OverriddenAt, tc.at)
@@ -133,7 +133,7 @@ func TestMidResize(t *testing.T) {
 			meta.SetStatusCondition(&conds, c)
 		}
 		return &v1alpha1.SandboxPoolStatus{Conditions: conds,
-			Resize: &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress, RequestedCPU: &cpu}}
+			Resize: v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress, RequestedCPU: &cpu}}
 	}
 	done := moving(two, cond(v1alpha1.ConditionResizeInProgress, metav1.ConditionFalse, v1alpha1.ReasonNoResize),
 		cond(v1alpha1.ConditionResourceSynced, metav1.ConditionTrue, v1alpha1.ReasonSynced))

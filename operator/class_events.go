@@ -82,7 +82,7 @@ func poolChangeMattersToClass(o, n *v1alpha1.SandboxPool) bool {
 }
 
 func resizeDeferred(p *v1alpha1.SandboxPool) bool {
-	return p.Status.Resize != nil && p.Status.Resize.Status == v1alpha1.ResizeDeferred
+	return p.Status.Resize.Status == v1alpha1.ResizeDeferred
 }
 
 func enqueueClass(q workqueue.TypedRateLimitingInterface[reconcile.Request], name string) {
@@ -93,7 +93,7 @@ func enqueueClass(q workqueue.TypedRateLimitingInterface[reconcile.Request], nam
 // selector selects nothing.
 func matches(l map[string]string) func(*v1alpha1.SandboxPoolClass) bool {
 	return func(c *v1alpha1.SandboxPoolClass) bool {
-		sel, err := metav1.LabelSelectorAsSelector(&c.Spec.Selector)
+		sel, err := metav1.LabelSelectorAsSelector(c.Spec.Selector)
 		return err == nil && sel.Matches(labels.Set(l))
 	}
 }

@@ -89,12 +89,12 @@ func TestDesiredPoolKeepsWhatTheClassDoesNotOwn(t *testing.T) {
 	class := wrappers.MakeClass("a").UID("uid-a").Selector("pool", "a").Resources("2", "4Gi").Obj()
 	pool := newPool(class, "n1", testSnapshot("1"))
 	pool.Labels["team"] = "x"
-	pool.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "bigger"}
+	pool.Spec.Override = &v1alpha1.Override{Enabled: ptr.To(true), Reason: "bigger"}
 	want, changed := desiredPool(class, pool, testSnapshot("2"))
 	if !changed {
 		t.Fatal("a changed snapshot must be reported as a change")
 	}
-	if want.Labels["team"] != "x" || want.Spec.Override == nil || !want.Spec.Override.Enabled {
+	if want.Labels["team"] != "x" || want.Spec.Override == nil || !*want.Spec.Override.Enabled {
 		t.Errorf("desiredPool dropped fields the class does not own: labels %v, override %v", want.Labels, want.Spec.Override)
 	}
 	if pool.Spec.ResourcePolicy.Resources.Cpu().String() != "1" {

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/internal/ssa"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -22,15 +23,15 @@ func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.Sand
 	want := v1alpha1.SandboxPoolClassStatus{ObservedGeneration: class.Generation}
 	counts := poolCounts{byPhase: map[v1alpha1.SandboxPoolPhase]int{}}
 	figures := make([]poolFigures, 0, len(ours))
+	var ready int32
 	byPool := make(map[string]poolFigures, len(ours))
 	for _, p := range ours {
 		f := figuresOf(p)
 		figures = append(figures, f)
 		byPool[p.Name] = f
 		counts.byPhase[p.Status.Phase]++
-		want.TotalSandboxPools++
 		if p.Status.Phase == v1alpha1.PhaseReady {
-			want.ReadySandboxPools++
+			ready++
 		}
 		if resizeDeferred(p) {
 			counts.resizeDeferred++
@@ -39,7 +40,8 @@ func (r *ClassReconciler) updateStatus(ctx context.Context, class *v1alpha1.Sand
 			counts.heartbeatStale++
 		}
 	}
-	want.NotReadySandboxPools = want.TotalSandboxPools - want.ReadySandboxPools
+	pools := int32(len(ours))
+	want.TotalSandboxPools, want.ReadySandboxPools, want.NotReadySandboxPools = ptr.To(pools), ptr.To(ready), ptr.To(pools-ready)
 	setPoolMetrics(class.Name, counts)
 	var total poolFigures
 	want.Capacity, total = classCapacity(figures)

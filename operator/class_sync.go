@@ -41,7 +41,7 @@ type syncResult struct {
 // cap. It is the one place the class's pools are written.
 func (r *ClassReconciler) sync(ctx context.Context, class *v1alpha1.SandboxPoolClass, ours []*v1alpha1.SandboxPool) (syncResult, error) {
 	log := logf.FromContext(ctx)
-	sel, err := metav1.LabelSelectorAsSelector(&class.Spec.Selector)
+	sel, err := metav1.LabelSelectorAsSelector(class.Spec.Selector)
 	if err != nil {
 		return syncResult{permanent: true, reason: v1alpha1.ReasonInvalidSelector}, fmt.Errorf("spec.selector: %w", err)
 	}

@@ -80,13 +80,13 @@ func TestEvaluate(t *testing.T) {
 			p.Spec.ResourcePolicy.Resources = wrappers.Resources("64", "256Gi")
 		})), want: []string{"spec"}, msg: "may not be modified by node identity system:node:node-a"},
 		{name: "pool override by an operator", req: updatePool(t, operator, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: "OPS-1", ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: wrappers.Resources("6", "12Gi")}}
+			p.Spec.Override = &v1alpha1.Override{Enabled: ptr.To(true), Reason: "OPS-1", ResourcePolicy: v1alpha1.ResourcePolicy{Resources: wrappers.Resources("6", "12Gi")}}
 		}))},
 		{name: "pool snapshot by an operator", req: updatePool(t, operator, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Spec.ResourcePolicy.Resources = wrappers.Resources("64", "256Gi")
 		})), want: []string{"spec.resourcePolicy"}, msg: "the operator role may change spec.override only"},
 		{name: "pool override by the controller", req: updatePool(t, controller, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
-			p.Spec.Override = &v1alpha1.Override{Enabled: false}
+			p.Spec.Override = &v1alpha1.Override{Enabled: ptr.To(false)}
 		})), want: []string{"spec.override"}},
 		{name: "pool ever-ready by an admin", req: updatePool(t, admin, newPool("node-a"), newPool("node-a", func(p *v1alpha1.SandboxPool) {
 			p.Annotations = map[string]string{v1alpha1.AnnotationEverReady: "true"}
@@ -104,7 +104,7 @@ func TestEvaluate(t *testing.T) {
 		// Status scoping.
 		{name: "status by its node", req: updateStatus(t, kubelet("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {
 			st.PoolInfo.Zone = "z2"
-			st.Resize = &v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress}
+			st.Resize = v1alpha1.ResizeStatus{Status: v1alpha1.ResizeInProgress}
 			meta.SetStatusCondition(&st.Conditions, condition(v1alpha1.ConditionResizeInProgress.String(), metav1.ConditionTrue))
 		}))},
 		{name: "status by its node's Lease identity", req: updateStatus(t, leaseServiceAccount("node-b"), withStatus("node-b"), withStatus("node-b", func(st *v1alpha1.SandboxPoolStatus) {

@@ -45,7 +45,7 @@ func immutablePaths(v cue.Value, path []string, out [][]string) [][]string {
 				continue
 			}
 		}
-		if child.IncompleteKind()&^cue.BottomKind == cue.StructKind {
+		if KindOf(child) == cue.StructKind {
 			out = immutablePaths(child, p, out)
 		}
 	}

@@ -57,7 +57,7 @@ const maxRuleDepth = 24
 
 // rulesOf reads what the schema allows at each place of v.
 func rulesOf(v cue.Value, depth int) *ruleNode {
-	n := &ruleNode{typ: jsonType(v.IncompleteKind() &^ cue.BottomKind)}
+	n := &ruleNode{typ: jsonType(KindOf(v))}
 	n.enum, n.message = wordsOf(v)
 	for _, c := range conjunctsOf(v) {
 		if op, args := c.Expr(); op == cue.CallOp && len(args) == 2 {
@@ -67,11 +67,11 @@ func rulesOf(v cue.Value, depth int) *ruleNode {
 	if depth > maxRuleDepth {
 		return n
 	}
-	switch v.IncompleteKind() &^ cue.BottomKind {
+	switch KindOf(v) {
 	case cue.StructKind:
 		for _, a := range cue.Dereference(v).Attributes(cue.DeclAttr) {
-			if a.Name() == Attribute {
-				n.crdRule, _, _ = a.Lookup(0, "rule")
+			if rule, ok, _ := a.Lookup(0, "rule"); ok && a.Name() == Attribute {
+				n.crdRule = rule
 				n.crdMessage, _, _ = a.Lookup(0, "message")
 			}
 		}
@@ -215,7 +215,7 @@ func unquote(s string) string {
 var (
 	boundRE   = regexp.MustCompile(`\(out of bound ([<>]=?)(-?[0-9.eE+]+)\)`)
 	regexRE   = regexp.MustCompile(`\(out of bound =~"(.*)"\)$`)
-	builtinRE = regexp.MustCompile(`does not satisfy (list\.MaxItems|list\.MinItems|strings\.MaxRunes|strings\.MinRunes|struct\.MaxFields)\((\d+)\)`)
+	builtinRE = regexp.MustCompile(`does not satisfy (list\.MaxItems|list\.MinItems|strings\.MaxRunes|strings\.MinRunes|struct\.MinFields|struct\.MaxFields)\((\d+)\)`)
 	typeRE    = regexp.MustCompile(`mismatched types`)
 )
 
@@ -298,6 +298,8 @@ func cueFieldError(p *field.Path, value any, msgs []string, crossField string, n
 				return field.TooLongCharacters(p, fmt.Sprint(value), limit)
 			case b[1] == "struct.MaxFields":
 				return field.TooMany(p, lengthOf(value), limit)
+			case b[1] == "struct.MinFields":
+				return field.Invalid(p, value, fmt.Sprintf("must have at least %d properties", limit))
 			case b[1] == "list.MinItems":
 				return field.Invalid(p, value, fmt.Sprintf("must have at least %d items", limit))
 			default: // strings.MinRunes

@@ -182,6 +182,28 @@ func (s *Schema) acquire() (*evaluator, error) {
 
 func (s *Schema) release(e *evaluator) { s.idle <- e }
 
+// KindOf is the kind of value v's constraints allow (bottom aside). A struct validator such
+// as struct.MinFields(1) on a field (status?: #SandboxPoolStatus & struct.MinFields(1))
+// fails on the schema itself, where the struct has no fields yet, so CUE reports the
+// field's kind as bottom until an object fills it; its kind is then that of its conjuncts.
+func KindOf(v cue.Value) cue.Kind {
+	if k := v.IncompleteKind() &^ cue.BottomKind; k != 0 {
+		return k
+	}
+	if d := cue.Dereference(v); d != v {
+		return KindOf(d) // a reference (resources!: #ResourceQuota) to such a value
+	}
+	op, args := v.Expr()
+	if op != cue.AndOp {
+		return 0
+	}
+	k := cue.TopKind
+	for _, a := range args {
+		k &= a.IncompleteKind()
+	}
+	return k &^ cue.BottomKind
+}
+
 // Lookup returns the value at a CUE path of the schema package (e.g. "#Kinds"), for tools
 // that read the schema itself, such as the CRD generator. The caller must not evaluate it
 // concurrently with other calls on this Schema.

@@ -222,3 +222,48 @@ x: string & strings.HasPrefix("a")`,
 		}
 	})
 }
+
+// TestEverythingIsBounded: every string, list and map of both kinds' spec and status has an
+// upper bound in the CRD (maxLength or an enum, maxItems, maxProperties), so no writer can
+// store an object of unbounded size; kube-api-linter's maxlength sees only the fields of our
+// Go types, this sees the CRD down to the fields of metav1.Condition, corev1.Toleration
+// and metav1.LabelSelector.
+func TestEverythingIsBounded(t *testing.T) {
+	crds, err := Generate(schema.MustCompiled())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	var walk func(path string, p apiextv1.JSONSchemaProps)
+	walk = func(path string, p apiextv1.JSONSchemaProps) {
+		checked++
+		switch {
+		case p.Type == "string" || p.XIntOrString:
+			if p.MaxLength == nil && len(p.Enum) == 0 {
+				t.Errorf("%s: a string without maxLength or enum", path)
+			}
+		case p.Type == "array":
+			if p.MaxItems == nil {
+				t.Errorf("%s: a list without maxItems", path)
+			}
+			walk(path+"[*]", *p.Items.Schema)
+		case p.Type == "object" && p.AdditionalProperties != nil:
+			if p.MaxProperties == nil {
+				t.Errorf("%s: a map without maxProperties", path)
+			}
+			walk(path+"[*]", *p.AdditionalProperties.Schema)
+		}
+		for name, c := range p.Properties {
+			walk(path+"."+name, c)
+		}
+	}
+	for _, crd := range crds {
+		root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+		for _, top := range []string{"spec", "status"} {
+			walk(crd.Spec.Names.Kind+"."+top, root.Properties[top])
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("only %d schemas walked", checked)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"cuelang.org/go/cue"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/agentcube/sandboxpool/schema"
 )
@@ -22,8 +23,12 @@ const goDocWidth = 96
 
 // GoDocs returns src, the Go source of the API types (schema/v1alpha1/types.go), with the
 // doc comment of every field of the kinds' types replaced by the field's doc in the CUE
-// schema: the same text the CRD's description carries, so the field docs are written once,
-// in the CUE files (make generate runs it; TestCommittedGoDocsAreUpToDate catches drift).
+// schema and the field's markers: the same text the CRD's description carries, so the field
+// docs are written once, in the CUE files, and markers that say what the generated CRD
+// holds for the field (make generate runs it; TestCommittedGoDocsAreUpToDate catches drift).
+// The markers are +required or +optional, and the field's default, enum, bounds and list
+// type in kubebuilder's words (Markers), read from the field's property in the CRD that
+// Generate returns, so the Go types and the CRD agree.
 //
 // The types are matched to the schema by JSON name, from each kind's Go type (named as the
 // kind) down through every field whose type is declared in src; inline embedded structs
@@ -37,7 +42,11 @@ func GoDocs(s *schema.Schema, src []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing the Go types: %w", err)
 	}
-	w := docWalker{structs: map[string]*ast.StructType{}, docs: map[*ast.Field]string{}}
+	crds, err := Generate(s)
+	if err != nil {
+		return nil, err
+	}
+	w := docWalker{structs: map[string]*ast.StructType{}, docs: map[*ast.Field]fieldDoc{}}
 	ast.Inspect(file, func(n ast.Node) bool {
 		if ts, ok := n.(*ast.TypeSpec); ok {
 			if st, ok := ts.Type.(*ast.StructType); ok {
@@ -46,8 +55,9 @@ func GoDocs(s *schema.Schema, src []byte) ([]byte, error) {
 		}
 		return true
 	})
-	for _, k := range schema.Kinds {
-		if err := w.walk(string(k), s.Lookup(k.Definition()), string(k)); err != nil {
+	for i, k := range schema.Kinds {
+		root := crds[i].Spec.Versions[0].Schema.OpenAPIV3Schema
+		if err := w.walk(string(k), s.Lookup(k.Definition()), root, string(k)); err != nil {
 			return nil, err
 		}
 	}
@@ -57,12 +67,19 @@ func GoDocs(s *schema.Schema, src []byte) ([]byte, error) {
 // docWalker pairs the Go types with the CUE values they encode.
 type docWalker struct {
 	structs map[string]*ast.StructType // the struct types declared in the source, by name
-	docs    map[*ast.Field]string      // the doc each field gets
+	docs    map[*ast.Field]fieldDoc    // the doc and markers each field gets
 }
 
-// walk assigns the docs of the Go struct type name's fields from v, and recurses into the
-// fields whose types the source declares. path names the place for errors.
-func (w *docWalker) walk(name string, v cue.Value, path string) error {
+// fieldDoc is the comment a field gets: its doc, then its markers.
+type fieldDoc struct {
+	text    string
+	markers []string
+}
+
+// walk assigns the docs of the Go struct type name's fields from v and their markers from
+// p, v's schema in the CRD, and recurses into the fields whose types the source declares.
+// path names the place for errors.
+func (w *docWalker) walk(name string, v cue.Value, p *apiextv1.JSONSchemaProps, path string) error {
 	st, ok := w.structs[name]
 	if !ok {
 		return fmt.Errorf("%s: no Go struct type %s", path, name)
@@ -71,7 +88,7 @@ func (w *docWalker) walk(name string, v cue.Value, path string) error {
 		jsonName, inline := jsonTag(f)
 		if inline {
 			if local := w.localType(f.Type); local != "" {
-				if err := w.walk(local, v, path); err != nil {
+				if err := w.walk(local, v, p, path); err != nil {
 					return err
 				}
 			}
@@ -85,13 +102,18 @@ func (w *docWalker) walk(name string, v cue.Value, path string) error {
 		if d == "" {
 			return fmt.Errorf("%s.%s: the CUE schema has no doc comment for the field", path, jsonName)
 		}
-		if prev, seen := w.docs[f]; seen && prev != d {
-			return fmt.Errorf("%s.%s: Go field %s.%s is reached from two CUE fields with different docs", path, jsonName, name, f.Names[0].Name)
+		prop, ok := p.Properties[jsonName]
+		if !ok {
+			return fmt.Errorf("%s.%s: Go field %s.%s has no property in the CRD", path, jsonName, name, f.Names[0].Name)
 		}
-		w.docs[f] = d
-		elem, elemValue := w.elem(f.Type, child)
+		fd := fieldDoc{text: d, markers: Markers(prop, slices.Contains(p.Required, jsonName))}
+		if prev, seen := w.docs[f]; seen && (prev.text != fd.text || !slices.Equal(prev.markers, fd.markers)) {
+			return fmt.Errorf("%s.%s: Go field %s.%s is reached from two CUE fields with different docs or schemas", path, jsonName, name, f.Names[0].Name)
+		}
+		w.docs[f] = fd
+		elem, elemValue, elemProp := w.elem(f.Type, child, &prop)
 		if elem != "" {
-			if err := w.walk(elem, elemValue, path+"."+jsonName); err != nil {
+			if err := w.walk(elem, elemValue, elemProp, path+"."+jsonName); err != nil {
 				return err
 			}
 		}
@@ -100,18 +122,24 @@ func (w *docWalker) walk(name string, v cue.Value, path string) error {
 }
 
 // elem is the struct type declared in the source that a field of type t holds (itself,
-// behind a pointer, or as a list or map element), with its CUE value; "" when there is
-// none.
-func (w *docWalker) elem(t ast.Expr, v cue.Value) (string, cue.Value) {
+// behind a pointer, or as a list or map element), with its CUE value and its schema p;
+// "" when there is none.
+func (w *docWalker) elem(t ast.Expr, v cue.Value, p *apiextv1.JSONSchemaProps) (string, cue.Value, *apiextv1.JSONSchemaProps) {
 	switch t := t.(type) {
 	case *ast.StarExpr:
-		return w.elem(t.X, v)
+		return w.elem(t.X, v, p)
 	case *ast.ArrayType:
-		return w.elem(t.Elt, v.LookupPath(cue.MakePath(cue.AnyIndex)))
+		if p.Items == nil || p.Items.Schema == nil {
+			return "", v, p
+		}
+		return w.elem(t.Elt, v.LookupPath(cue.MakePath(cue.AnyIndex)), p.Items.Schema)
 	case *ast.MapType:
-		return w.elem(t.Value, v.LookupPath(cue.MakePath(cue.AnyString)))
+		if p.AdditionalProperties == nil || p.AdditionalProperties.Schema == nil {
+			return "", v, p
+		}
+		return w.elem(t.Value, v.LookupPath(cue.MakePath(cue.AnyString)), p.AdditionalProperties.Schema)
 	}
-	return w.localType(t), v
+	return w.localType(t), v, p
 }
 
 // localType is the name of a struct type the source declares, if t is one.
@@ -202,11 +230,11 @@ func previousLine(b []byte, offset int) string {
 }
 
 // commentLines renders a doc (paragraphs separated by blank lines) as // lines wrapped at
-// goDocWidth, each starting with indent.
-func commentLines(doc, indent string) string {
+// goDocWidth, each starting with indent, and then its markers, one a line.
+func commentLines(doc fieldDoc, indent string) string {
 	width := goDocWidth - len("// ") - 4*strings.Count(indent, "\t") - strings.Count(indent, " ")
 	var b strings.Builder
-	for i, para := range strings.Split(doc, "\n\n") {
+	for i, para := range strings.Split(doc.text, "\n\n") {
 		if i > 0 {
 			b.WriteString(indent + "//\n")
 		}
@@ -222,6 +250,9 @@ func commentLines(doc, indent string) string {
 			line += word
 		}
 		b.WriteString(indent + "// " + line + "\n")
+	}
+	for _, m := range doc.markers {
+		b.WriteString(indent + "// " + m + "\n")
 	}
 	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,8 +39,10 @@ func TestCommittedGoDocsAreUpToDate(t *testing.T) {
 }
 
 // TestGoDocsMatchCRDDescriptions: every field of the kinds' Go types carries, as its doc
-// comment, exactly the description of its CRD property (the text kubectl explain shows).
-// The Go types are walked beside the generated CRD schemas, by JSON name.
+// comment, exactly the description of its CRD property (the text kubectl explain shows),
+// followed by the markers that say what the property holds (+required or +optional,
+// bounds, enum, default, list type). The Go types are walked beside the generated CRD
+// schemas, by JSON name.
 func TestGoDocsMatchCRDDescriptions(t *testing.T) {
 	root, err := corpus.RepoRoot()
 	if err != nil {
@@ -79,11 +82,15 @@ func TestGoDocsMatchCRDDescriptions(t *testing.T) {
 				t.Errorf("%s.%s: no CRD property", path, name)
 				continue
 			}
+			got, markers := commentText(f.Doc)
+			if want := Markers(prop, slices.Contains(s.Required, name)); !slices.Equal(markers, want) {
+				t.Errorf("%s.%s: Go markers %q, the CRD's %q", path, name, markers, want)
+			}
 			if path == typ && name == "metadata" {
 				continue // the envelope's metadata is the API server's: no description
 			}
 			checked++
-			if got := commentText(f.Doc); got != prop.Description {
+			if got != prop.Description {
 				t.Errorf("%s.%s: Go doc %q, CRD description %q", path, name, got, prop.Description)
 			}
 			if elem := elemType(w, f.Type); elem != "" {
@@ -115,16 +122,24 @@ func elemType(w docWalker, t ast.Expr) string {
 }
 
 // commentText is a doc comment as one text: lines joined by spaces, paragraphs by a blank
-// line, as the CRD descriptions are written.
-func commentText(cg *ast.CommentGroup) string {
+// line, as the CRD descriptions are written; and its marker lines (+...), apart.
+func commentText(cg *ast.CommentGroup) (text string, markers []string) {
 	if cg == nil {
-		return ""
+		return "", nil
+	}
+	var lines []string
+	for l := range strings.Lines(cg.Text()) {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(l), "+"); ok {
+			markers = append(markers, "+"+m)
+			continue
+		}
+		lines = append(lines, l)
 	}
 	var paras []string
-	for p := range strings.SplitSeq(strings.TrimSpace(cg.Text()), "\n\n") {
+	for p := range strings.SplitSeq(strings.TrimSpace(strings.Join(lines, "")), "\n\n") {
 		paras = append(paras, strings.Join(strings.Fields(p), " "))
 	}
-	return strings.Join(paras, "\n\n")
+	return strings.Join(paras, "\n\n"), markers
 }
 
 const docSrc = `package v1alpha1
@@ -179,9 +194,10 @@ func TestGoDocs(t *testing.T) {
 	got := string(out)
 	for _, want := range []string{
 		"// SandboxPoolClass is hand-written: type docs stay.\n",
-		"\tmetav1.TypeMeta `json:\",inline\"`\n\n\t// metadata is the standard object metadata.\n\tmetav1.ObjectMeta",
-		"\t// spec is the desired state of the class.\n\tSpec SandboxPoolClassSpec",
-		"\n\n\t// status is observed by the controller.\n\tStatus SandboxPoolClassStatus",
+		"\tmetav1.TypeMeta `json:\",inline\"`\n\n\t// metadata is the standard object metadata.\n\t// +optional\n\tmetav1.ObjectMeta",
+		"\t// spec is the desired state of the class.\n\t// +required\n\tSpec SandboxPoolClassSpec",
+		"\n\n\t// status is observed by the controller. Absent until the controller writes it, and never\n\t// empty.\n\t// +optional\n\t// +kubebuilder:validation:MinProperties=1\n\tStatus SandboxPoolClassStatus",
+		"\t// +optional\n\t// +kubebuilder:default=\"placeholder\"\n\t// +kubebuilder:validation:MinLength=1\n\t// +kubebuilder:validation:MaxLength=253\n\tRuntimeClassName string",
 		"\t// selector picks the nodes that get a pool. Immutable: changing it would mass-delete and\n\t// mass-create pools.",
 		"\t// runtimeClassName of the placeholder pod.",
 		"\t// resources is the per-node quota",
@@ -210,5 +226,52 @@ func TestGoDocsRefusesUnknownField(t *testing.T) {
 	_, err := GoDocs(schema.MustCompiled(), []byte(src))
 	if err == nil || !strings.Contains(err.Error(), "SandboxPool.spec.extra") {
 		t.Fatalf("want an error naming SandboxPool.spec.extra, got %v", err)
+	}
+}
+
+// TestKindMarkersMatchCRD: the kinds' hand-written type markers say what their generated
+// CRDs are: a root object, cluster-scoped, with the status subresource (kube-api-linter's
+// statussubresource checks the Go side against the marker).
+func TestKindMarkersMatchCRD(t *testing.T) {
+	root, err := corpus.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "schema", "v1alpha1", "types.go"), nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A type's markers are the comments between the declaration before it and its own (the
+	// marker block stands apart from the type's doc comment).
+	docs := map[string]string{}
+	prevEnd := file.Name.End()
+	for _, d := range file.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && len(g.Specs) == 1 {
+			if ts, ok := g.Specs[0].(*ast.TypeSpec); ok {
+				for _, cg := range file.Comments {
+					if cg.Pos() > prevEnd && cg.End() < ts.Pos() {
+						docs[ts.Name.Name] += cg.Text()
+					}
+				}
+			}
+		}
+		prevEnd = d.End()
+	}
+	crds, err := Generate(schema.MustCompiled())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range crds {
+		kind := crd.Spec.Names.Kind
+		want := map[string]bool{
+			"+kubebuilder:object:root=true":       true,
+			"+kubebuilder:resource:scope=Cluster": crd.Spec.Scope == apiextv1.ClusterScoped,
+			"+kubebuilder:subresource:status":     crd.Spec.Versions[0].Subresources != nil && crd.Spec.Versions[0].Subresources.Status != nil,
+		}
+		for m, has := range want {
+			if strings.Contains(docs[kind], m+"\n") != has {
+				t.Errorf("%s: marker %s on the Go type: %v, the CRD says %v", kind, m, !has, has)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package crdgen
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,7 +23,7 @@ func value(v cue.Value, path string) (*apiextv1.JSONSchemaProps, error) {
 		p   *apiextv1.JSONSchemaProps
 		err error
 	)
-	switch v.IncompleteKind() &^ cue.BottomKind {
+	switch schema.KindOf(v) {
 	case cue.StructKind:
 		p, err = object(v, path)
 	case cue.ListKind:
@@ -81,10 +82,13 @@ func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps
 			required = append(required, name)
 		case cue.OptionalConstraint:
 		default:
-			// A regular field must exist after defaulting: default a struct to {} so the API
-			// server fills in the defaults below it, as the CUE evaluation does.
+			// A regular field must exist after defaulting: default a struct to its fields'
+			// defaults ({} when it has none), what the API server makes of an empty one and
+			// the CUE evaluation gives.
 			if cp.Type == "object" && cp.Default == nil {
-				cp.Default = &apiextv1.JSON{Raw: []byte("{}")}
+				if cp.Default, err = structDefault(cp); err != nil {
+					return nil, fmt.Errorf("%s.%s: default: %w", path, name, err)
+				}
 			}
 		}
 		props[name] = *cp
@@ -127,7 +131,7 @@ func object(v cue.Value, path string, skip ...string) (*apiextv1.JSONSchemaProps
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	p.MaxProperties = f.maxProps
+	p.MinProperties, p.MaxProperties = f.minProps, f.maxProps
 	// Declaration attributes belong to the struct literal, so look through a reference
 	// (override?: #Override) to the definition that declares them.
 	for _, a := range cue.Dereference(v).Attributes(cue.DeclAttr) {
@@ -291,4 +295,21 @@ func doc(v cue.Value) string {
 		}
 	}
 	return strings.Join(paras, "\n\n")
+}
+
+// structDefault is the default of a struct with schema p: an object of the defaults of its
+// properties, as the API server fills them in below an empty one. (A CRD's default must
+// pass its own schema without the defaults below it: {} would break a minProperties.)
+func structDefault(p *apiextv1.JSONSchemaProps) (*apiextv1.JSON, error) {
+	d := map[string]json.RawMessage{}
+	for name, prop := range p.Properties {
+		if prop.Default != nil {
+			d[name] = prop.Default.Raw
+		}
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return &apiextv1.JSON{Raw: b}, nil
 }

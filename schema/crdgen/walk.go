@@ -10,6 +10,8 @@ import (
 	"cuelang.org/go/cue"
 	cueerrors "cuelang.org/go/cue/errors"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/agentcube/sandboxpool/schema"
 )
 
 // facts is what the conjuncts of one value constrain.
@@ -20,6 +22,7 @@ type facts struct {
 	maxLength *int64
 	minItems  *int64
 	maxItems  *int64
+	minProps  *int64
 	maxProps  *int64
 	minimum   *float64
 	exclMin   bool
@@ -49,7 +52,7 @@ func conjuncts(v cue.Value) []cue.Value {
 
 // collect reads the constraints of a scalar value (string, number, bool, or int-or-string).
 func collect(v cue.Value) (*facts, error) {
-	f := &facts{kind: v.IncompleteKind() &^ cue.BottomKind}
+	f := &facts{kind: schema.KindOf(v)}
 	for _, c := range conjuncts(v) {
 		if err := f.add(c); err != nil {
 			return nil, err
@@ -105,6 +108,8 @@ func (f *facts) add(c cue.Value) error {
 			f.maxItems = &n
 		case "list.MinItems":
 			f.minItems = &n
+		case "struct.MinFields":
+			f.minProps = &n
 		case "struct.MaxFields":
 			f.maxProps = &n
 		default:

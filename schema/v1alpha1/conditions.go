@@ -11,7 +11,8 @@ type ConditionReason string
 func (r ConditionReason) String() string { return string(r) }
 
 // Condition types of SandboxPool (docs/design.md §3.4). The agent owns the first five, the
-// controller the last two (docs/design.md §4).
+// controller the last two (docs/design.md §4). The CRD admits these and no other
+// (#PoolConditionTypes in schema/sandboxpool.cue; TestConditionTypesMatchSchema).
 const (
 	// ConditionPlaceholderPodReady is True while the pool's placeholder pods run and hold at
 	// least what node-ctl runs.
@@ -98,6 +99,9 @@ const (
 	// current policy snapshot.
 	ConditionPoolsSynced ConditionType = "PoolsSynced"
 )
+
+// ClassConditions are the condition types of a class (the controller writes them all).
+var ClassConditions = []ConditionType{ConditionNodeConflict, ConditionPoolsSynced}
 
 // Reasons of SandboxPoolClass conditions.
 const (

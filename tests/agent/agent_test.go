@@ -39,7 +39,7 @@ func describe(p *v1alpha1.SandboxPool) string {
 	for _, c := range p.Status.Conditions {
 		fmt.Fprintf(&b, "%s=%s(%s: %s) ", c.Type, c.Status, c.Reason, c.Message)
 	}
-	if r := p.Status.Resize; r != nil {
+	if r := p.Status.Resize; r.Status != "" {
 		fmt.Fprintf(&b, "resize=%s %q ", r.Status, r.DeferredReason)
 	}
 	return b.String()
@@ -64,7 +64,7 @@ func synced(t *testing.T, n *testNode, pool, mem string) {
 		return condIs(p, v1alpha1.ConditionResourceSynced.String(), metav1.ConditionTrue) && applied.Cmp(want) == 0 &&
 				onDisk.Memory().Cmp(want) == 0 && mirrors.Memory().Cmp(want) == 0 &&
 				condIs(p, v1alpha1.ConditionPlaceholderPodReady.String(), metav1.ConditionTrue) &&
-				p.Status.PlaceholderPod != nil && p.Status.PlaceholderPod.Phase == string(corev1.PodRunning),
+				p.Status.PlaceholderPod != nil && p.Status.PlaceholderPod.Phase == corev1.PodRunning,
 			fmt.Sprintf("node-ctl %s, manifests %s, mirror pods %s; %s", st.AppliedResources["memory"], memOf(onDisk), memOf(mirrors), describe(p))
 	})
 }
@@ -158,7 +158,7 @@ func (m *invariantMonitor) sample() {
 				m.bad = append(m.bad, fmt.Sprintf("%s: %s request %s < node-ctl enforces %s", r, what, q.String(), a.String()))
 			}
 		}
-		if rs := p.Status.Resize; r == corev1.ResourceMemory && rs != nil && rs.Status == v1alpha1.ResizeCompleted &&
+		if rs := p.Status.Resize; r == corev1.ResourceMemory && rs.Status == v1alpha1.ResizeCompleted &&
 			rs.RequestedMemory != nil && rs.RequestedMemory.Cmp(a) < 0 {
 			m.bad = append(m.bad, fmt.Sprintf("the resize to %s reads Completed while node-ctl enforces %s", rs.RequestedMemory.String(), a.String()))
 		}
@@ -272,7 +272,7 @@ func TestAgentLifecycle(t *testing.T) {
 		p.Status.PlaceholderPod.Name != "sandbox-pool-1-"+n.name {
 		t.Errorf("status: %+v", p.Status)
 	}
-	if p.Status.Resize != nil {
+	if p.Status.Resize.Status != "" {
 		t.Errorf("the first apply is not a resize: %+v", p.Status.Resize)
 	}
 	var lease coordinationv1.Lease
@@ -320,7 +320,7 @@ func TestAgentLifecycle(t *testing.T) {
 	setMemory(t, pool.Name, "128Mi")
 	synced(t, n, pool.Name, "128Mi")
 	m.check(t, "scale up 64Mi → 128Mi")
-	if r := getPool(t, pool.Name).Status.Resize; r == nil || r.Status != v1alpha1.ResizeCompleted || r.RequestedMemory.String() != "128Mi" {
+	if r := getPool(t, pool.Name).Status.Resize; r.Status != v1alpha1.ResizeCompleted || r.RequestedMemory.String() != "128Mi" {
 		t.Errorf("resize status after scale-up: %+v", r)
 	}
 	m = watchInvariant(t, n, pool.Name)
@@ -344,7 +344,7 @@ func TestAgentLifecycle(t *testing.T) {
 	eventually(t, "downscale deferred", 10*time.Second, func() (bool, string) {
 		p := getPool(t, pool.Name)
 		r := p.Status.Resize
-		return r != nil && r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
+		return r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
 			condIs(p, v1alpha1.ConditionResizeDeferred.String(), metav1.ConditionTrue) &&
 			condIs(p, v1alpha1.ConditionResourceSynced.String(), metav1.ConditionFalse), describe(p)
 	})

@@ -354,7 +354,7 @@ func TestNodeCtlUnknownIsNotZero(t *testing.T) {
 	eventually(t, "the resize reported in progress", 10*time.Second, func() (bool, string) {
 		p := getPool(t, pool.Name)
 		r := p.Status.Resize
-		return r != nil && r.Status == v1alpha1.ResizeInProgress && r.RequestedMemory.String() == "48Mi", describe(p)
+		return r.Status == v1alpha1.ResizeInProgress && r.RequestedMemory.String() == "48Mi", describe(p)
 	})
 	if onDisk, mirrors := diskLock(n, pool.Name), mirrorLock(n); memOf(onDisk) != "64Mi" || memOf(mirrors) != "64Mi" {
 		t.Errorf("with node-ctl silent the lock moved: manifests %s, mirror pods %s (its cgroup enforces %d)", memOf(onDisk), memOf(mirrors), limit())
@@ -364,7 +364,7 @@ func TestNodeCtlUnknownIsNotZero(t *testing.T) {
 	continued = true
 	synced(t, n, pool.Name, "48Mi")
 	m.check(t, "a shrink asked while node-ctl was silent, across an agent restart")
-	if r := getPool(t, pool.Name).Status.Resize; r == nil || r.Status != v1alpha1.ResizeCompleted {
+	if r := getPool(t, pool.Name).Status.Resize; r.Status != v1alpha1.ResizeCompleted {
 		t.Errorf("resize %+v, want Completed", r)
 	}
 }

@@ -258,7 +258,7 @@ func TestGrowthNeverEvicts(t *testing.T) {
 			create()
 		case 2:
 			eventually(t, "the growth's manifest written", 30*time.Second, func() (bool, string) {
-				return len(pieceFiles()) > pieces || getPool(t).Status.Resize != nil && getPool(t).Status.Resize.Status == v1alpha1.ResizeDeferred, "not yet"
+				return len(pieceFiles()) > pieces || getPool(t).Status.Resize.Status == v1alpha1.ResizeDeferred, "not yet"
 			})
 			create()
 		}
@@ -268,10 +268,10 @@ func TestGrowthNeverEvicts(t *testing.T) {
 		eventually(t, when+": the race settled", 2*time.Minute, func() (bool, string) {
 			p, g := getPod(t, metav1.NamespaceDefault, name), getPool(t)
 			switch {
-			case p != nil && podReady(p) && g != nil && g.Status.Resize != nil && g.Status.Resize.Status == v1alpha1.ResizeDeferred &&
+			case p != nil && podReady(p) && g != nil && g.Status.Resize.Status == v1alpha1.ResizeDeferred &&
 				condOf(g, v1alpha1.ConditionResizeDeferred.String()).Reason == v1alpha1.ReasonInsufficientRoom.String():
 				outcome = "the pod runs, the growth waits for room"
-			case p != nil && !podReady(p) && g != nil && g.Status.Resize != nil && g.Status.Resize.Status == v1alpha1.ResizeCompleted &&
+			case p != nil && !podReady(p) && g != nil && g.Status.Resize.Status == v1alpha1.ResizeCompleted &&
 				g.Status.Resize.RequestedCPU.Cmp(resource.MustParse("700m")) == 0:
 				outcome = "the growth is done, the pod " + podState(p)
 			}

@@ -214,7 +214,7 @@ func describe(p *v1alpha1.SandboxPool) string {
 	for _, c := range p.Status.Conditions {
 		fmt.Fprintf(&b, " %s=%s(%s)", c.Type, c.Status, c.Reason)
 	}
-	if r := p.Status.Resize; r != nil {
+	if r := p.Status.Resize; r.Status != "" {
 		fmt.Fprintf(&b, " resize=%s %q", r.Status, r.DeferredReason)
 	}
 	return b.String()

@@ -41,7 +41,7 @@ func TestResize(t *testing.T) {
 	if v := r.view(viewReady); v.bad > 0 {
 		t.Errorf("the pool left Ready during a scale-up: %d samples, longest %s", v.bad, v.gap)
 	}
-	if p := getPool(t); p.Status.Resize == nil || p.Status.Resize.Status != v1alpha1.ResizeCompleted || p.Status.Resize.RequestedMemory.String() != "192Mi" {
+	if p := getPool(t); p.Status.Resize.Status != v1alpha1.ResizeCompleted || p.Status.Resize.RequestedMemory.String() != "192Mi" {
 		t.Errorf("resize status after the scale-up: %+v", p.Status.Resize)
 	}
 
@@ -101,7 +101,7 @@ func TestResize(t *testing.T) {
 	setClassResources(t, base)
 	waitPhase(t, v1alpha1.PhaseReady, 30*time.Second, func(p *v1alpha1.SandboxPool) bool {
 		r := p.Status.Resize
-		return r != nil && r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
+		return r.Status == v1alpha1.ResizeDeferred && strings.Contains(r.DeferredReason, "85%") &&
 			condIs(p, v1alpha1.ConditionResizeDeferred.String(), metav1.ConditionTrue)
 	})
 	t.Logf("deferred: %q", getPool(t).Status.Resize.DeferredReason)

@@ -138,7 +138,7 @@ func waitDeferred(t testing.TB, reason string, says ...string) *v1alpha1.Sandbox
 	eventually(t, "the growth deferred ("+reason+")", time.Minute, func() (bool, string) {
 		p := getPool(t)
 		last = p
-		if p == nil || p.Status.Resize == nil || p.Status.Resize.Status != v1alpha1.ResizeDeferred {
+		if p == nil || p.Status.Resize.Status != v1alpha1.ResizeDeferred {
 			return false, describe(p)
 		}
 		c := condOf(p, v1alpha1.ConditionResizeDeferred.String())

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentcube/sandboxpool/operator"
@@ -190,7 +191,7 @@ func TestLeaderFailover(t *testing.T) {
 	})
 	eventually(t, "the class counts 20 pools", 10*time.Second, func() (bool, string) {
 		_ = admin.Get(ctx, types.NamespacedName{Name: "ha"}, class)
-		return class.Status.TotalSandboxPools == 20, fmt.Sprintf("%+v", class.Status)
+		return ptr.Deref(class.Status.TotalSandboxPools, 0) == 20, fmt.Sprintf("%+v", class.Status)
 	})
 	eventually(t, "the new leader's metrics count 20 pools of class ha", 10*time.Second, func() (bool, string) {
 		_, m := support.HTTPGet("http://" + follower.metrics + "/metrics")

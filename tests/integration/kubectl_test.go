@@ -63,7 +63,7 @@ func TestKubectlExplainShowsFieldDocs(t *testing.T) {
 			"reason", "says why this node differs",
 		}},
 		{"sandboxpoolclass.spec.selector", []string{"Immutable: changing it would mass-delete"}},
-		{"sandboxpool.status.conditions", []string{"A map list keyed by type, so each writer owns its own entries"}},
+		{"sandboxpool.status.conditions", []string{"one entry each: a map list keyed by type, so each writer owns its own entries"}},
 	} {
 		out := kubectl(t, "", "explain", tc.path)
 		flat := strings.Join(strings.Fields(out), " ")

@@ -193,7 +193,7 @@ func TestClassFanOut(t *testing.T) {
 		_ = admin.Get(ctx, types.NamespacedName{Name: class}, c)
 		s := c.Status
 		synced := meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionPoolsSynced.String())
-		return s.TotalSandboxPools == n && s.NotReadySandboxPools == n && s.ObservedGeneration == c.Generation && synced,
+		return ptr.Deref(s.TotalSandboxPools, 0) == n && ptr.Deref(s.NotReadySandboxPools, 0) == n && s.ObservedGeneration == c.Generation && synced,
 			fmt.Sprintf("%+v", s)
 	})
 	if !slices.Contains(c.Finalizers, v1alpha1.FinalizerClassPools) {
@@ -309,7 +309,7 @@ func TestConcurrentClassesOneNode(t *testing.T) {
 		var wc v1alpha1.SandboxPoolClass
 		eventually(t, "the winner "+winner+" reports no conflict and one pool", 10*time.Second, func() (bool, string) {
 			_ = admin.Get(ctx, types.NamespacedName{Name: winner}, &wc)
-			return meta.IsStatusConditionFalse(wc.Status.Conditions, v1alpha1.ConditionNodeConflict.String()) && wc.Status.TotalSandboxPools == 1,
+			return meta.IsStatusConditionFalse(wc.Status.Conditions, v1alpha1.ConditionNodeConflict.String()) && ptr.Deref(wc.Status.TotalSandboxPools, 0) == 1,
 				fmt.Sprintf("%+v", wc.Status)
 		})
 		if got := len(poolsOfClass(t, a)) + len(poolsOfClass(t, b)); got != 1 {

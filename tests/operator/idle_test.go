@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
@@ -77,8 +78,8 @@ func TestIdleControllerWritesNothing(t *testing.T) {
 			}
 		}
 		got := capacityText(c.Status.Capacity)
-		return c.Status.ReadySandboxPools == n && ready == n && got == wantCapacity,
-			fmt.Sprintf("class counts %d Ready, %d pools Ready, capacity %s", c.Status.ReadySandboxPools, ready, got)
+		return ptr.Deref(c.Status.ReadySandboxPools, 0) == n && ready == n && got == wantCapacity,
+			fmt.Sprintf("class counts %d Ready, %d pools Ready, capacity %s", ptr.Deref(c.Status.ReadySandboxPools, 0), ready, got)
 	})
 
 	from, before := time.Now(), reconciles(t)

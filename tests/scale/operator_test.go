@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
@@ -192,7 +193,7 @@ func waitSettled(t *testing.T, e *env, n int) {
 		}
 		var c v1alpha1.SandboxPoolClass
 		_ = e.admin.Get(context.Background(), types.NamespacedName{Name: "scale"}, &c)
-		return phased == n && c.Status.TotalSandboxPools == int32(n) && c.Status.NotReadySandboxPools == int32(n),
+		return phased == n && ptr.Deref(c.Status.TotalSandboxPools, 0) == int32(n) && ptr.Deref(c.Status.NotReadySandboxPools, 0) == int32(n),
 			fmt.Sprintf("%d of %d pools have a phase; class %+v", phased, n, c.Status)
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentcube/sandboxpool/schema/naming"
 	"github.com/agentcube/sandboxpool/schema/v1alpha1"
@@ -46,7 +47,7 @@ func (w *ClassWrapper) UID(uid string) *ClassWrapper {
 
 // Selector makes the class select the nodes labelled key=value.
 func (w *ClassWrapper) Selector(key, value string) *ClassWrapper {
-	w.Spec.Selector = metav1.LabelSelector{MatchLabels: map[string]string{key: value}}
+	w.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}
 	return w
 }
 
@@ -141,7 +142,7 @@ func (w *PoolWrapper) PriorityClass(name string) *PoolWrapper {
 
 // Override sets an operator's override of the class's quota to cpu and memory, with reason.
 func (w *PoolWrapper) Override(reason, cpu, memory string) *PoolWrapper {
-	w.Spec.Override = &v1alpha1.Override{Enabled: true, Reason: reason,
-		ResourcePolicy: &v1alpha1.ResourcePolicy{Resources: Resources(cpu, memory)}}
+	w.Spec.Override = &v1alpha1.Override{Enabled: ptr.To(true), Reason: reason,
+		ResourcePolicy: v1alpha1.ResourcePolicy{Resources: Resources(cpu, memory)}}
 	return w
 }
