@@ -444,7 +444,7 @@ type OverrideStatus struct {
 	OverriddenAt *metav1.Time `json:"overriddenAt,omitempty"`
 }
 
-// ResizeStatus is the resize in flight or last finished; nil means no resize.
+// ResizeStatus is the resize in flight or last finished; absent (the zero value) means no resize.
 type ResizeStatus struct {
 	// status of the resize: InProgress, Completed or Deferred (a downscale waiting until memory
 	// usage falls below the watermark).
